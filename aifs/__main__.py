@@ -1,0 +1,3 @@
+from aifs.cli.main import cli
+
+cli()

@@ -1,0 +1,1 @@
+"""The `aifs` command line."""

@@ -1,0 +1,1 @@
+"""The thin translation from FUSE requests (pyfuse3 on trio) to the volume below."""

@@ -1,0 +1,74 @@
+"""Serving a volume at a mountpoint until unmount or SIGINT/SIGTERM."""
+
+import logging
+import signal
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from aifs.config import Config
+from aifs.fuse.attrs import Timeouts
+from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
+from aifs.fuse.ops import AifsOperations
+from aifs.vfs.volume import Volume
+
+log = logging.getLogger(__name__)
+
+
+def mount_options(config: Config) -> set[str]:
+    options = {
+        f"fsname={SOURCE_PREFIX}{config.volume.state_dir}",
+        "subtype=aifs",
+        "default_permissions",
+    }
+    if config.fuse.allow_other:
+        options.add("allow_other")
+    return options
+
+
+def serve(config: Config, mountpoint: Path) -> None:
+    """Mount, serve requests on trio, and on the way out seal, sync and unmount."""
+    volume = Volume(config)
+    timeouts = Timeouts(entry=config.fuse.entry_timeout, attr=config.fuse.attr_timeout)
+    operations = AifsOperations(volume, timeouts)
+    pyfuse3.init(operations, str(mountpoint), mount_options(config))
+    log.info("mounted %s at %s", config.volume.state_dir, mountpoint)
+    try:
+        trio.run(_run, volume, config, mountpoint)
+    finally:
+        pyfuse3.close(unmount=True)
+        log.info("unmounted %s", mountpoint)
+
+
+async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
+    try:
+        async with trio.open_nursery() as nursery:
+            await volume.run_background(nursery)
+            nursery.start_soon(_stop_on_signal)
+            _set_read_ahead(mountpoint, config.fuse.read_ahead_kb)
+            await pyfuse3.main(max_tasks=config.fuse.max_tasks)
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await volume.close()
+
+
+async def _stop_on_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s, unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return
+
+
+def _set_read_ahead(mountpoint: Path, kib: int) -> None:
+    """Let buffered reads arrive as 1 MiB requests instead of 128 KiB ones (DESIGN section 8)."""
+    entry = aifs_mount(mountpoint)
+    if kib == 0 or entry is None:
+        return
+    knob = Path("/sys/class/bdi") / entry.device / "read_ahead_kb"
+    try:
+        knob.write_text(str(kib))
+    except OSError as e:
+        log.warning("could not set %s to %d: %s", knob, kib, e)

@@ -1,0 +1,50 @@
+"""Reading /proc/self/mountinfo: is a path an aifs mount, and of which state directory."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+FSTYPE = "fuse.aifs"
+SOURCE_PREFIX = "aifs:"
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    mountpoint: Path
+    fstype: str
+    source: str
+    device: str
+
+    @property
+    def state_dir(self) -> Path | None:
+        if self.source.startswith(SOURCE_PREFIX):
+            return Path(self.source[len(SOURCE_PREFIX):])
+        return None
+
+
+def _unescape(field: str) -> str:
+    return field.encode().decode("unicode_escape").encode("latin-1").decode()
+
+
+def _parse(line: str) -> MountEntry:
+    left, right = line.split(" - ", 1)
+    fields = left.split()
+    fstype, source = right.split()[:2]
+    return MountEntry(Path(_unescape(fields[4])), fstype, _unescape(source), fields[2])
+
+
+def find_mount(mountpoint: Path) -> MountEntry | None:
+    """The topmost mount at `mountpoint`, or None."""
+    target = Path(os.path.abspath(mountpoint))
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            entry = _parse(line)
+            if entry.mountpoint == target:
+                found = entry
+    return found
+
+
+def aifs_mount(mountpoint: Path) -> MountEntry | None:
+    entry = find_mount(mountpoint)
+    return entry if entry is not None and entry.fstype == FSTYPE else None

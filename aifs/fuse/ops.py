@@ -1,0 +1,190 @@
+"""pyfuse3 request handlers: each translates one FUSE request into volume and metadata calls."""
+
+import errno
+import stat
+
+import pyfuse3
+
+from aifs.errors import FsError
+from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
+from aifs.fuse.errors import translate_errors
+from aifs.fuse.listing import DirListing
+from aifs.vfs.openfile import OpenFile
+from aifs.vfs.volume import Volume
+
+_TIME_FIELDS = (
+    ("update_atime", "atime_ns", "st_atime_ns"),
+    ("update_mtime", "mtime_ns", "st_mtime_ns"),
+    ("update_ctime", "ctime_ns", "st_ctime_ns"),
+)
+
+
+@translate_errors
+class AifsOperations(pyfuse3.Operations):
+    enable_writeback_cache = True
+    supports_dot_lookup = True
+
+    def __init__(self, volume: Volume, timeouts: Timeouts) -> None:
+        super().__init__()
+        self.vol = volume
+        self.meta = volume.meta
+        self.timeouts = timeouts
+        self._files: dict[int, OpenFile] = {}
+        self._dirs: dict[int, DirListing] = {}
+        self._next_fh = 1
+
+    def _entry(self, ino: int) -> pyfuse3.EntryAttributes:
+        return entry_attributes(ino, self.vol.getattr(ino), self.timeouts)
+
+    def _new_fh(self) -> int:
+        self._next_fh += 1
+        return self._next_fh
+
+    # -- names -------------------------------------------------------------
+
+    async def lookup(self, parent_inode, name, ctx):
+        try:
+            ino, _ = self.meta.lookup(parent_inode, name)
+        except FsError as e:
+            if e.errno == errno.ENOENT:
+                return negative_entry(self.timeouts)
+            raise
+        return self._entry(ino)
+
+    async def forget(self, inode_list):
+        """Inodes live in the metadata, not in memory: nothing to drop."""
+
+    async def _make(self, parent, name, mode, ctx, rdev=0, target=None):
+        ino, _ = self.meta.create(parent, name, mode, ctx.uid, ctx.gid, rdev, target)
+        return ino
+
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        return self._entry(await self._make(parent_inode, name, mode, ctx, rdev))
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        mode = stat.S_IFDIR | stat.S_IMODE(mode)
+        return self._entry(await self._make(parent_inode, name, mode, ctx))
+
+    async def symlink(self, parent_inode, name, target, ctx):
+        mode = stat.S_IFLNK | 0o777
+        return self._entry(await self._make(parent_inode, name, mode, ctx, target=target))
+
+    async def readlink(self, inode, ctx):
+        return self.meta.readlink(inode)
+
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        self.meta.link(inode, new_parent_inode, new_name)
+        return self._entry(inode)
+
+    async def unlink(self, parent_inode, name, ctx):
+        self.meta.unlink(parent_inode, name, self.vol.is_open)
+
+    async def rmdir(self, parent_inode, name, ctx):
+        self.meta.rmdir(parent_inode, name)
+
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        self.meta.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags, self.vol.is_open)
+
+    # -- attributes --------------------------------------------------------
+
+    async def getattr(self, inode, ctx):
+        return self._entry(inode)
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        if fields.update_size:
+            await self.vol.set_size(inode, attr.st_size)
+        changes = {}
+        if fields.update_mode:
+            old = self.meta.getattr(inode).mode
+            changes["mode"] = stat.S_IFMT(old) | stat.S_IMODE(attr.st_mode)
+        if fields.update_uid:
+            changes["uid"] = attr.st_uid
+        if fields.update_gid:
+            changes["gid"] = attr.st_gid
+        for flag, field, source in _TIME_FIELDS:
+            if getattr(fields, flag):
+                changes[field] = getattr(attr, source)
+        if changes or not fields.update_size:
+            self.meta.setattr(inode, **changes)
+        of = self.vol.files.get(inode)
+        if of is not None and "mtime_ns" in changes:
+            of.mtime_ns = changes["mtime_ns"]
+        return self._entry(inode)
+
+    async def statfs(self, ctx):
+        capacity, free, inodes = self.vol.statfs()
+        block = 4096
+        out = pyfuse3.StatvfsData()
+        out.f_bsize = out.f_frsize = block
+        out.f_blocks = capacity // block
+        out.f_bfree = out.f_bavail = free // block
+        out.f_files = inodes + (1 << 32)
+        out.f_ffree = out.f_favail = 1 << 32
+        out.f_namemax = 255
+        return out
+
+    # -- extended attributes -----------------------------------------------
+
+    async def getxattr(self, inode, name, ctx):
+        return self.meta.get_xattr(inode, name)
+
+    async def setxattr(self, inode, name, value, ctx):
+        self.meta.set_xattr(inode, name, value)
+
+    async def listxattr(self, inode, ctx):
+        return self.meta.list_xattrs(inode)
+
+    async def removexattr(self, inode, name, ctx):
+        self.meta.remove_xattr(inode, name)
+
+    # -- files -------------------------------------------------------------
+
+    def _open_handle(self, inode: int) -> pyfuse3.FileInfo:
+        fh = self._new_fh()
+        self._files[fh] = self.vol.open(inode)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        ino = await self._make(parent_inode, name, mode, ctx)
+        return self._open_handle(ino), self._entry(ino)
+
+    async def open(self, inode, flags, ctx):
+        return self._open_handle(inode)
+
+    async def read(self, fh, off, size):
+        return await self.vol.read(self._files[fh], off, size)
+
+    async def write(self, fh, off, buf):
+        await self.vol.write(self._files[fh], off, buf)
+        return len(buf)
+
+    async def flush(self, fh):
+        await self.vol.flush(self._files[fh])
+
+    async def fsync(self, fh, datasync):
+        await self.vol.fsync(self._files[fh])
+
+    async def release(self, fh):
+        await self.vol.release(self._files.pop(fh))
+
+    # -- directories -------------------------------------------------------
+
+    async def opendir(self, inode, ctx):
+        if not self.meta.getattr(inode).is_dir:
+            raise FsError(errno.ENOTDIR, f"inode {inode} is not a directory")
+        fh = self._new_fh()
+        self._dirs[fh] = DirListing(inode)
+        return fh
+
+    async def readdir(self, fh, start_id, token):
+        listing = self._dirs[fh]
+        for name, ino, next_id in listing.entries(self.meta, start_id):
+            if not pyfuse3.readdir_reply(token, name, self._entry(ino), next_id):
+                return
+            listing.accepted(name)
+
+    async def releasedir(self, fh):
+        del self._dirs[fh]
+
+    async def fsyncdir(self, fh, datasync):
+        await self.vol.sync_all()

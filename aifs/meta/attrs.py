@@ -1,0 +1,59 @@
+"""Inode attributes and block references, and their compact msgpack encoding."""
+
+import stat
+from dataclasses import astuple, dataclass
+
+import msgpack
+
+
+@dataclass(slots=True)
+class Inode:
+    """Attributes of one inode.
+
+    `alloc` is the bytes held by blocks (st_blocks reports it); `parent` is kept for
+    directories only, whose single parent makes `..` and the rename loop check one get each.
+    """
+
+    mode: int
+    uid: int
+    gid: int
+    size: int = 0
+    nlink: int = 1
+    atime_ns: int = 0
+    mtime_ns: int = 0
+    ctime_ns: int = 0
+    rdev: int = 0
+    alloc: int = 0
+    parent: int = 0
+
+    def encode(self) -> bytes:
+        return msgpack.packb(astuple(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Inode":
+        return cls(*msgpack.unpackb(data))
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+    @property
+    def is_reg(self) -> bool:
+        return stat.S_ISREG(self.mode)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRef:
+    """One logical block of a file: `length` bytes at `offset` inside immutable object `block_id`."""
+
+    block_id: int
+    offset: int
+    length: int
+    checksum: int
+
+    def encode(self) -> bytes:
+        return msgpack.packb(astuple(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "BlockRef":
+        return cls(*msgpack.unpackb(data))

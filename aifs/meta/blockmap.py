@@ -1,0 +1,116 @@
+"""The block map of files and the two queues it feeds: pending uploads and garbage.
+
+A block ref is replaced, never edited: the old block id goes to the garbage queue
+with a not-before time, and its pending upload (if any) is dropped with it.
+"""
+
+import time
+from collections.abc import Iterable
+
+import msgpack
+
+from aifs.meta import keys
+from aifs.meta.attrs import BlockRef, Inode
+from aifs.meta.txn import Txn
+
+GARBAGE_GRACE_NS = 30 * 10**9
+
+
+class BlockMapOps:
+    """Mixed into MetaEngine; needs `kv`, `usage` and `block_size`."""
+
+    def block_refs(self, ino: int, indexes: Iterable[int]) -> dict[int, BlockRef]:
+        indexes = list(indexes)
+        values = self.kv.multi_get([keys.block(ino, i) for i in indexes])
+        return {i: BlockRef.decode(v) for i, v in zip(indexes, values) if v is not None}
+
+    def all_block_refs(self, ino: int) -> dict[int, BlockRef]:
+        prefix = keys.block_prefix(ino)
+        return {keys.read_u64(k, 9): BlockRef.decode(v) for k, v in self.kv.scan(prefix)}
+
+    def commit_blocks(
+        self, ino: int, refs: dict[int, BlockRef], size: int, mtime_ns: int | None = None,
+    ) -> Inode:
+        """Point blocks of `ino` at new objects, set its size, queue the new objects for upload."""
+        txn = Txn(self.kv)
+        node = txn.touch(ino, mtime=mtime_ns is None)
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
+        old = self.block_refs(ino, refs)
+        delta = 0
+        for index, ref in refs.items():
+            if index in old:
+                delta -= self._retire(txn, old[index])
+            txn.batch.put(keys.block(ino, index), ref.encode())
+            txn.batch.put(keys.upload(ref.block_id), b"")
+            delta += ref.length
+        node.size = size
+        node.alloc += delta
+        self.usage.add(txn.batch, nbytes=delta)
+        txn.commit()
+        return node
+
+    def truncate(self, ino: int, size: int, cut: tuple[int, BlockRef] | None) -> Inode:
+        """Set the size; blocks past the end are retired, `cut` replaces the partial last block."""
+        txn = Txn(self.kv)
+        node = txn.touch(ino)
+        keep = -(-size // self.block_size)
+        freed = self.retire_blocks(txn, ino, keep)
+        if cut is not None:
+            index, ref = cut
+            old = self.block_refs(ino, [index])
+            if index in old:
+                freed += self._retire(txn, old[index])
+            txn.batch.put(keys.block(ino, index), ref.encode())
+            txn.batch.put(keys.upload(ref.block_id), b"")
+            freed -= ref.length
+        node.size = size
+        node.alloc -= freed
+        self.usage.add(txn.batch, nbytes=-freed)
+        txn.commit()
+        return node
+
+    def retire_blocks(self, txn: Txn, ino: int, first_index: int) -> int:
+        """Drop every block ref of `ino` from `first_index` on; returns the bytes they held."""
+        freed = 0
+        for key, value in self.kv.scan(keys.block_prefix(ino), keys.block(ino, first_index)):
+            txn.batch.delete(key)
+            freed += self._retire(txn, BlockRef.decode(value))
+        return freed
+
+    def _retire(self, txn: Txn, ref: BlockRef) -> int:
+        not_before = txn.now + GARBAGE_GRACE_NS
+        txn.batch.put(keys.garbage(ref.block_id), msgpack.packb(not_before))
+        txn.batch.delete(keys.upload(ref.block_id))
+        return ref.length
+
+    # -- queues ------------------------------------------------------------
+
+    def pending_uploads(self, limit: int = 1024) -> list[int]:
+        found = []
+        for key, _ in self.kv.scan(keys.UPLOAD):
+            found.append(keys.read_u64(key, 1))
+            if len(found) >= limit:
+                break
+        return found
+
+    def upload_done(self, block_id: int) -> None:
+        txn = Txn(self.kv)
+        txn.batch.delete(keys.upload(block_id))
+        txn.commit()
+
+    def garbage_due(self, limit: int = 1024, now_ns: int | None = None) -> list[int]:
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        due = []
+        for key, value in self.kv.scan(keys.GARBAGE):
+            if msgpack.unpackb(value) <= now_ns:
+                due.append(keys.read_u64(key, 1))
+                if len(due) >= limit:
+                    break
+        return due
+
+    def garbage_done(self, block_ids: list[int]) -> None:
+        txn = Txn(self.kv)
+        for block_id in block_ids:
+            txn.batch.delete(keys.garbage(block_id))
+        txn.commit()

@@ -1,0 +1,90 @@
+"""Key layout of the metadata store (DESIGN section 2).
+
+Inode numbers and block ids are big-endian u64 so prefix scans stay ordered.
+Every key that belongs to an inode carries that inode right after its tag; the
+shard of a key is derived from that owner, so a directory's entries and a
+file's attributes and block map each sit together in one shard.
+"""
+
+import struct
+
+DENTRY = b"D"
+INODE = b"I"
+BLOCK = b"B"
+XATTR = b"X"
+SYMLINK = b"L"
+ORPHAN = b"O"
+COUNTER = b"C"
+UPLOAD = b"U"
+GARBAGE = b"G"
+
+_U64 = struct.Struct(">Q")
+OWNED_TAGS = frozenset((DENTRY, INODE, BLOCK, XATTR, SYMLINK))
+
+
+def u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def read_u64(data: bytes, at: int = 0) -> int:
+    return _U64.unpack_from(data, at)[0]
+
+
+def dentry(parent: int, name: bytes) -> bytes:
+    return DENTRY + u64(parent) + name
+
+
+def dentry_prefix(parent: int) -> bytes:
+    return DENTRY + u64(parent)
+
+
+def inode(ino: int) -> bytes:
+    return INODE + u64(ino)
+
+
+def block(ino: int, index: int) -> bytes:
+    return BLOCK + u64(ino) + u64(index)
+
+
+def block_prefix(ino: int) -> bytes:
+    return BLOCK + u64(ino)
+
+
+def xattr(ino: int, name: bytes) -> bytes:
+    return XATTR + u64(ino) + name
+
+
+def xattr_prefix(ino: int) -> bytes:
+    return XATTR + u64(ino)
+
+
+def symlink(ino: int) -> bytes:
+    return SYMLINK + u64(ino)
+
+
+def orphan(ino: int) -> bytes:
+    return ORPHAN + u64(ino)
+
+
+def counter(name: bytes) -> bytes:
+    return COUNTER + name
+
+
+def upload(block_id: int) -> bytes:
+    return UPLOAD + u64(block_id)
+
+
+def garbage(block_id: int) -> bytes:
+    return GARBAGE + u64(block_id)
+
+
+def owner(key: bytes) -> int | None:
+    """The inode a key belongs to, or None for volume-wide keys (counters, queues, orphans)."""
+    if key[:1] in OWNED_TAGS:
+        return read_u64(key, 1)
+    return None
+
+
+def is_owned_tag(prefix: bytes) -> bool:
+    """A bare tag of per-inode keys: its keys are spread over every shard."""
+    return len(prefix) < 9 and prefix[:1] in OWNED_TAGS

@@ -1,0 +1,41 @@
+"""Extended attributes: one key per (inode, name)."""
+
+import errno
+
+from aifs.meta import keys
+from aifs.errors import FsError
+from aifs.meta.txn import Txn
+
+XATTR_NAME_MAX = 255
+XATTR_SIZE_MAX = 65536
+
+
+class XattrOps:
+    """Mixed into MetaEngine; needs `kv`."""
+
+    def get_xattr(self, ino: int, name: bytes) -> bytes:
+        value = self.kv.get(keys.xattr(ino, name))
+        if value is None:
+            raise FsError(errno.ENODATA, f"no attribute {name!r} on inode {ino}")
+        return value
+
+    def list_xattrs(self, ino: int) -> list[bytes]:
+        prefix = keys.xattr_prefix(ino)
+        return [key[len(prefix):] for key, _ in self.kv.scan(prefix)]
+
+    def set_xattr(self, ino: int, name: bytes, value: bytes) -> None:
+        if len(name) > XATTR_NAME_MAX:
+            raise FsError(errno.ERANGE, f"attribute name of {len(name)} bytes is too long")
+        if len(value) > XATTR_SIZE_MAX:
+            raise FsError(errno.E2BIG, f"attribute value of {len(value)} bytes is too large")
+        txn = Txn(self.kv)
+        txn.touch(ino, mtime=False)
+        txn.batch.put(keys.xattr(ino, name), value)
+        txn.commit()
+
+    def remove_xattr(self, ino: int, name: bytes) -> None:
+        self.get_xattr(ino, name)
+        txn = Txn(self.kv)
+        txn.touch(ino, mtime=False)
+        txn.batch.delete(keys.xattr(ino, name))
+        txn.commit()

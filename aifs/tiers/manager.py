@@ -1,0 +1,122 @@
+"""TierManager: reads through the tiers in order, stages writes, and moves blocks down.
+
+Read path: RAM, then NVMe, then the cold tier; whatever comes from below RAM is
+checked against its checksum and copied into the tiers above. Concurrent reads
+of one block share one fetch. Small I/O runs inline on the event loop (a thread
+hop costs more than the I/O); large I/O goes to a bounded thread pool.
+"""
+
+import errno
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import trio
+
+from aifs.errors import FsError
+from aifs.tiers.checksum import CorruptBlock, checksum
+from aifs.tiers.nvme import NvmeTier
+from aifs.tiers.protocol import Tier
+from aifs.tiers.ram import RamTier
+
+log = logging.getLogger(__name__)
+
+INLINE_BYTES = 256 << 10
+T = TypeVar("T")
+
+
+@dataclass
+class TierStats:
+    hits: int = 0
+    bytes_read: int = 0
+
+
+@dataclass
+class _Flight:
+    done: trio.Event = field(default_factory=trio.Event)
+    data: bytes | None = None
+
+
+class TierManager:
+    def __init__(self, ram: RamTier, nvme: NvmeTier, cold: Tier, io_threads: int = 8) -> None:
+        self.ram, self.nvme, self.cold = ram, nvme, cold
+        self.stats = {tier.name: TierStats() for tier in (ram, nvme, cold)}
+        self._io_limiter = trio.CapacityLimiter(io_threads)
+        self._flights: dict[int, _Flight] = {}
+
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        return (self.ram, self.nvme, self.cold)
+
+    async def _io(self, nbytes: int, fn: Callable[..., T], *args) -> T:
+        if nbytes <= INLINE_BYTES:
+            return fn(*args)
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._io_limiter)
+
+    # -- reads -------------------------------------------------------------
+
+    async def read(self, block_id: int, expected: int, length: int) -> bytes:
+        """The whole object `block_id`, verified; raises FsError(EIO) when no tier has it intact."""
+        data = self.ram.get(block_id)
+        if data is not None:
+            self._count(self.ram, data)
+            return data
+        flight = self._flights.get(block_id)
+        if flight is not None:
+            await flight.done.wait()
+            if flight.data is not None:
+                return flight.data
+            raise FsError(errno.EIO, f"block {block_id:016x} could not be read")
+        flight = self._flights[block_id] = _Flight()
+        try:
+            flight.data = await self._fetch(block_id, expected, length)
+            return flight.data
+        finally:
+            del self._flights[block_id]
+            flight.done.set()
+
+    async def _fetch(self, block_id: int, expected: int, length: int) -> bytes:
+        for tier in (self.nvme, self.cold):
+            data = await self._io(length, tier.get, block_id)
+            if data is None:
+                continue
+            if checksum(data) != expected:
+                log.error("%s; trying the next copy", CorruptBlock(block_id, tier.name))
+                if tier is self.nvme:
+                    self.nvme.delete(block_id)
+                continue
+            self._count(tier, data)
+            if tier is self.cold:
+                await self._io(length, self.nvme.put, block_id, data)
+            self.ram.put(block_id, data)
+            return data
+        raise FsError(errno.EIO, f"block {block_id:016x} is missing or corrupt in every tier")
+
+    def _count(self, tier: Tier, data: bytes) -> None:
+        stats = self.stats[tier.name]
+        stats.hits += 1
+        stats.bytes_read += len(data)
+
+    # -- writes ------------------------------------------------------------
+
+    async def stage(self, block_id: int, data: bytes) -> None:
+        """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM."""
+        await self._io(len(data), self.nvme.put, block_id, data, True)
+        self.ram.put(block_id, data)
+
+    async def sync(self, block_ids: list[int]) -> None:
+        if block_ids:
+            await trio.to_thread.run_sync(self.nvme.sync, block_ids, limiter=self._io_limiter)
+
+    async def upload(self, block_id: int) -> None:
+        """Copy a staged block to the cold tier; afterwards NVMe may evict it."""
+        data = await self._io(INLINE_BYTES + 1, self.nvme.get, block_id)
+        if data is None:
+            raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
+        await trio.to_thread.run_sync(self.cold.put, block_id, data, limiter=self._io_limiter)
+        self.nvme.mark_clean(block_id)
+
+    async def delete(self, block_id: int) -> None:
+        for tier in self.tiers:
+            await self._io(0, tier.delete, block_id)

@@ -1,0 +1,24 @@
+"""The protocol every tier implements; a tier knows block ids and bytes, never files."""
+
+from typing import Protocol
+
+
+class Tier(Protocol):
+    name: str
+    capacity: int
+
+    def get(self, block_id: int) -> bytes | None:
+        """The whole object, or None when this tier does not hold it."""
+
+    def put(self, block_id: int, data: bytes) -> None: ...
+
+    def delete(self, block_id: int) -> None: ...
+
+    def contains(self, block_id: int) -> bool: ...
+
+    def used(self) -> int: ...
+
+
+def object_name(block_id: int) -> str:
+    """Object names spread over 256 fan-out folders by the low byte of the id."""
+    return f"{block_id & 0xFF:02x}/{block_id:016x}"

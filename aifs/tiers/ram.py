@@ -1,0 +1,80 @@
+"""RAM tier: a byte-budgeted segmented LRU.
+
+New blocks enter a probation segment; a second hit moves them to a protected
+segment. Eviction takes from probation first, so a one-pass scan larger than the
+budget cannot flush out blocks that are read again and again.
+"""
+
+from collections import OrderedDict
+
+PROTECTED_SHARE = 0.8
+
+
+class _Segment:
+    """An LRU list of blocks that knows how many bytes it holds."""
+
+    def __init__(self) -> None:
+        self.blocks: OrderedDict[int, bytes] = OrderedDict()
+        self.bytes = 0
+
+    def add(self, block_id: int, data: bytes) -> None:
+        self.blocks[block_id] = data
+        self.bytes += len(data)
+
+    def pop(self, block_id: int) -> bytes | None:
+        data = self.blocks.pop(block_id, None)
+        if data is not None:
+            self.bytes -= len(data)
+        return data
+
+    def pop_oldest(self) -> tuple[int, bytes]:
+        block_id, data = self.blocks.popitem(last=False)
+        self.bytes -= len(data)
+        return block_id, data
+
+
+class RamTier:
+    name = "ram"
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._probation = _Segment()
+        self._protected = _Segment()
+
+    def get(self, block_id: int) -> bytes | None:
+        data = self._protected.blocks.get(block_id)
+        if data is not None:
+            self._protected.blocks.move_to_end(block_id)
+            return data
+        data = self._probation.pop(block_id)
+        if data is not None:
+            self._protect(block_id, data)
+        return data
+
+    def _protect(self, block_id: int, data: bytes) -> None:
+        self._protected.add(block_id, data)
+        limit = int(self.capacity * PROTECTED_SHARE)
+        while self._protected.bytes > limit and len(self._protected.blocks) > 1:
+            self._probation.add(*self._protected.pop_oldest())
+        self._evict()
+
+    def put(self, block_id: int, data: bytes) -> None:
+        if len(data) > self.capacity or self.contains(block_id):
+            return
+        self._probation.add(block_id, data)
+        self._evict()
+
+    def _evict(self) -> None:
+        for segment in (self._probation, self._protected):
+            while self.used() > self.capacity and segment.blocks:
+                segment.pop_oldest()
+
+    def delete(self, block_id: int) -> None:
+        self._probation.pop(block_id)
+        self._protected.pop(block_id)
+
+    def contains(self, block_id: int) -> bool:
+        return block_id in self._protected.blocks or block_id in self._probation.blocks
+
+    def used(self) -> int:
+        return self._probation.bytes + self._protected.bytes

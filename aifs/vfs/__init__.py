@@ -1,0 +1,1 @@
+"""POSIX semantics over the metadata engine and the tiers, independent of FUSE."""

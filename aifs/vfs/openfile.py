@@ -1,0 +1,55 @@
+"""The state of a regular file while handles have it open: unsealed writes and its live size."""
+
+import trio
+
+
+class OpenFile:
+    """Shared by every handle of one inode, so all of them see the same bytes.
+
+    `dirty` holds blocks written but not yet sealed; `unsynced` lists block ids
+    staged since the last fsync. `lock` orders writes, seals and truncates.
+    """
+
+    def __init__(self, ino: int, size: int) -> None:
+        self.ino = ino
+        self.size = size
+        self.handles = 0
+        self.dirty: dict[int, bytearray] = {}
+        self.unsynced: list[int] = []
+        self.mtime_ns: int | None = None
+        self.lock = trio.Lock()
+
+    @property
+    def dirty_bytes(self) -> int:
+        return sum(len(buf) for buf in self.dirty.values())
+
+
+class OpenFiles:
+    """The table of open files, keyed by inode."""
+
+    def __init__(self) -> None:
+        self._files: dict[int, OpenFile] = {}
+
+    def get(self, ino: int) -> OpenFile | None:
+        return self._files.get(ino)
+
+    def acquire(self, ino: int, size: int) -> OpenFile:
+        of = self._files.get(ino)
+        if of is None:
+            of = self._files[ino] = OpenFile(ino, size)
+        of.handles += 1
+        return of
+
+    def release(self, of: OpenFile) -> bool:
+        """Drop one handle; True when it was the last one."""
+        of.handles -= 1
+        if of.handles > 0:
+            return False
+        del self._files[of.ino]
+        return True
+
+    def is_open(self, ino: int) -> bool:
+        return ino in self._files
+
+    def all(self) -> list[OpenFile]:
+        return list(self._files.values())

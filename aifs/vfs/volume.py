@@ -1,0 +1,172 @@
+"""A mounted volume: metadata, tiers, open files and the background movers, from one config."""
+
+import fcntl
+import logging
+import os
+import time
+from pathlib import Path
+
+import trio
+
+from aifs.config import Config
+from aifs.meta import Inode, MetaEngine
+from aifs.tiers.manager import TierManager
+from aifs.tiers.nvme import NvmeTier
+from aifs.tiers.objstore import LocalObjectStore
+from aifs.tiers.ram import RamTier
+from aifs.vfs.filedata import FileData
+from aifs.vfs.groupcommit import GroupCommit
+from aifs.vfs.openfile import OpenFile, OpenFiles
+from aifs.vfs.writeback import GarbageCollector, Uploader
+
+log = logging.getLogger(__name__)
+
+RELATIME_NS = 24 * 3600 * 10**9
+
+
+class VolumeBusy(Exception):
+    """Another process has this volume's state directory open."""
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """Hold an exclusive lock on the state directory for the life of the process."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise VolumeBusy(
+            f"the volume in {state_dir} is already in use by process {holder}; "
+            "unmount it first (aifs umount MOUNTPOINT)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+class Volume:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.state_dir = config.volume.state_dir
+        self._lock_fd = lock_state_dir(self.state_dir)
+        self.meta = MetaEngine.open(self.state_dir / "meta", config.meta.shards, config.volume.block_size)
+        self._check_block_size()
+        self.tiers = self._open_tiers()
+        self.files = OpenFiles()
+        self.data = FileData(self.meta, self.tiers)
+        self.uploader = Uploader(self.meta, self.tiers)
+        self.gc = GarbageCollector(self.meta, self.tiers)
+        self._sync_meta = GroupCommit(self.meta.sync)
+        self._recover()
+
+    def _check_block_size(self) -> None:
+        if self.meta.block_size != self.config.volume.block_size:
+            log.warning(
+                "volume.block_size = %d in the config, but this volume was formatted with %d; using %d",
+                self.config.volume.block_size, self.meta.block_size, self.meta.block_size,
+            )
+
+    def _open_tiers(self) -> TierManager:
+        by_kind = {tier.kind: tier for tier in self.config.tiers}
+        capacity = {kind: self.config.capacity_of(tier) for kind, tier in by_kind.items()}
+        ram = RamTier(capacity.get("ram", 0))
+        nvme = NvmeTier(self.config.tier_path(by_kind["nvme"]), capacity["nvme"])
+        cold = LocalObjectStore(self.config.tier_path(by_kind["objstore"]), capacity["objstore"])
+        return TierManager(ram, nvme, cold)
+
+    def _recover(self) -> None:
+        """Resume what a crash interrupted: dirty blocks stay pinned, orphans are freed."""
+        for block_id in self.meta.pending_uploads(limit=1 << 62):
+            self.tiers.nvme.mark_dirty(block_id)
+        for ino in self.meta.orphans():
+            self.meta.reclaim(ino)
+
+    async def run_background(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.uploader.run)
+        nursery.start_soon(self.gc.run)
+
+    async def close(self) -> None:
+        """Seal every buffer and make the metadata durable; the volume can then be reopened."""
+        for of in self.files.all():
+            async with of.lock:
+                await self.data.seal(of)
+        self.meta.close()
+        os.close(self._lock_fd)
+
+    # -- attributes --------------------------------------------------------
+
+    def getattr(self, ino: int) -> Inode:
+        """Attributes with the live size and mtime of an open file."""
+        node = self.meta.getattr(ino)
+        of = self.files.get(ino)
+        if of is not None:
+            node.size = of.size
+            if of.mtime_ns is not None:
+                node.mtime_ns = of.mtime_ns
+        return node
+
+    async def set_size(self, ino: int, size: int) -> None:
+        of = self.files.get(ino)
+        if of is None:
+            await self.data.truncate(ino, None, size)
+            return
+        async with of.lock:
+            await self.data.truncate(ino, of, size)
+            of.mtime_ns = None
+
+    # -- open files --------------------------------------------------------
+
+    def open(self, ino: int) -> OpenFile:
+        node = self.meta.getattr(ino)
+        return self.files.acquire(ino, node.size)
+
+    async def read(self, of: OpenFile, offset: int, size: int) -> bytes:
+        data = await self.data.read(of.ino, of, of.size, offset, size)
+        self._update_atime(of.ino)
+        return data
+
+    def _update_atime(self, ino: int) -> None:
+        """relatime: record an access only when atime is older than mtime/ctime or a day."""
+        node = self.meta.getattr(ino)
+        now = time.time_ns()
+        if node.atime_ns <= max(node.mtime_ns, node.ctime_ns) or now - node.atime_ns > RELATIME_NS:
+            self.meta.set_atime(ino, now)
+
+    async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
+        async with of.lock:
+            await self.data.write(of, offset, data)
+        self.uploader.kick()
+
+    async def flush(self, of: OpenFile) -> None:
+        """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4)."""
+        async with of.lock:
+            await self.data.seal(of)
+        self.uploader.kick()
+
+    async def fsync(self, of: OpenFile) -> None:
+        async with of.lock:
+            await self.data.seal(of)
+            staged, of.unsynced = of.unsynced, []
+        await self.tiers.sync(staged)
+        await self._sync_meta()
+
+    async def release(self, of: OpenFile) -> None:
+        await self.flush(of)
+        if self.files.release(of) and self.meta.getattr(of.ino).nlink == 0:
+            self.meta.reclaim(of.ino)
+
+    async def sync_all(self) -> None:
+        await self._sync_meta()
+
+    def is_open(self, ino: int) -> bool:
+        return self.files.is_open(ino)
+
+    def statfs(self) -> tuple[int, int, int]:
+        """(capacity, free bytes, inodes) of the volume, bounded by the cold tier's real space."""
+        capacity = self.tiers.cold.capacity
+        inodes, used = self.meta.volume_stats()
+        disk = os.statvfs(self.tiers.cold.root)
+        free = min(max(capacity - used, 0), disk.f_bavail * disk.f_frsize)
+        return capacity, free, inodes
