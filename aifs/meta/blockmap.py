@@ -86,17 +86,17 @@ class BlockMapOps:
 
     # -- queues ------------------------------------------------------------
 
-    def pending_uploads(self, limit: int = 1024) -> list[int]:
-        found = []
-        for key, _ in self.kv.scan(keys.UPLOAD):
-            found.append(keys.read_u64(key, 1))
-            if len(found) >= limit:
-                break
-        return found
+    def pending_uploads(self) -> list[int]:
+        """The whole write-back queue; read once at mount, then kept in memory."""
+        return [keys.read_u64(key, 1) for key, _ in self.kv.scan(keys.UPLOAD)]
 
-    def upload_done(self, block_id: int) -> None:
+    def is_pending(self, block_id: int) -> bool:
+        return self.kv.get(keys.upload(block_id)) is not None
+
+    def uploads_done(self, block_ids: list[int]) -> None:
         txn = Txn(self.kv)
-        txn.batch.delete(keys.upload(block_id))
+        for block_id in block_ids:
+            txn.batch.delete(keys.upload(block_id))
         txn.commit()
 
     def garbage_due(self, limit: int = 1024, now_ns: int | None = None) -> list[int]:

@@ -1,7 +1,11 @@
-"""Reading and writing whole objects as files; shared by the NVMe tier and the local object store."""
+"""Whole objects as files, and the syncs that make them durable."""
 
+import ctypes
+import ctypes.util
 import os
 from pathlib import Path
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
 def read_file(path: Path) -> bytes | None:
@@ -12,21 +16,23 @@ def read_file(path: Path) -> bytes | None:
         return None
 
 
-def write_file(path: Path, data: bytes, durable: bool) -> None:
-    """Write an object; `durable` makes it survive power loss before returning (file and name)."""
-    tmp = path.with_name(path.name + ".tmp") if durable else path
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def write_file(path: Path, data: bytes) -> int:
+    """Write (or rewrite) an object in place; returns the size it had before (0 if new).
+
+    A write torn by a crash is harmless: objects are immutable, their upload is
+    still queued until a later flush, and the retry rewrites them whole.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
+        previous = os.fstat(fd).st_size
+        if previous:
+            os.ftruncate(fd, 0)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
     finally:
         os.close(fd)
-    if durable:
-        os.replace(tmp, path)
-        sync_dir(path.parent)
+    return previous
 
 
 def sync_dir(path: Path) -> None:
@@ -37,13 +43,13 @@ def sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def sync_file(path: Path) -> None:
+def sync_filesystem(path: Path) -> None:
+    """syncfs(2): one call makes every earlier write to that filesystem durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
+        if libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs({path}) failed: {os.strerror(err)}")
     finally:
         os.close(fd)
 

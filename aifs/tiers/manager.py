@@ -17,7 +17,7 @@ import trio
 from aifs.errors import FsError
 from aifs.tiers.checksum import CorruptBlock, checksum
 from aifs.tiers.nvme import NvmeTier
-from aifs.tiers.protocol import Tier
+from aifs.tiers.protocol import ColdTier, Tier
 from aifs.tiers.ram import RamTier
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class _Flight:
 
 
 class TierManager:
-    def __init__(self, ram: RamTier, nvme: NvmeTier, cold: Tier, io_threads: int = 8) -> None:
+    def __init__(self, ram: RamTier, nvme: NvmeTier, cold: ColdTier, io_threads: int = 8) -> None:
         self.ram, self.nvme, self.cold = ram, nvme, cold
         self.stats = {tier.name: TierStats() for tier in (ram, nvme, cold)}
         self._io_limiter = trio.CapacityLimiter(io_threads)
@@ -110,12 +110,17 @@ class TierManager:
             await trio.to_thread.run_sync(self.nvme.sync, block_ids, limiter=self._io_limiter)
 
     async def upload(self, block_id: int) -> None:
-        """Copy a staged block to the cold tier; afterwards NVMe may evict it."""
+        """Copy a staged block to the cold tier (durable only after `uploads_durable`)."""
         data = await self._io(INLINE_BYTES + 1, self.nvme.get, block_id)
         if data is None:
             raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
         await trio.to_thread.run_sync(self.cold.put, block_id, data, limiter=self._io_limiter)
-        self.nvme.mark_clean(block_id)
+
+    async def uploads_durable(self, block_ids: list[int]) -> None:
+        """Make uploaded blocks durable in the cold tier; from then on NVMe may evict them."""
+        await trio.to_thread.run_sync(self.cold.flush, limiter=self._io_limiter)
+        for block_id in block_ids:
+            self.nvme.mark_clean(block_id)
 
     async def delete(self, block_id: int) -> None:
         for tier in self.tiers:

@@ -1,16 +1,18 @@
-"""NVMe tier: block files in a local directory, a read cache and the write-back staging area.
+"""NVMe tier: blocks in append-only segments on a local disk; read cache and write-back staging.
 
 A dirty block (not yet in the cold tier) is never evicted. The index of what is
-held is rebuilt from the directory at start; which blocks are dirty is told by
+held is rebuilt from the segments at start; which blocks are dirty is told by
 the metadata's pending-upload queue.
 """
 
-import os
+import logging
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from aifs.tiers.files import make_fanout, read_file, remove_file, sync_dir, sync_file, write_file
-from aifs.tiers.protocol import object_name
+from aifs.tiers.segments import Location, SegmentLog
+
+log = logging.getLogger(__name__)
 
 
 class StagingFull(Exception):
@@ -23,88 +25,104 @@ class NvmeTier:
     def __init__(self, root: Path, capacity: int) -> None:
         self.root = root
         self.capacity = capacity
-        self._sizes: OrderedDict[int, int] = OrderedDict()
+        self._log = SegmentLog(root)
+        self._index: dict[int, Location] = {}
+        self._clean: OrderedDict[int, None] = OrderedDict()
         self._dirty: set[int] = set()
         self._used = 0
-        make_fanout(root)
-        self._rebuild_index()
+        self._lock = threading.RLock()
+        for block_id, location in self._log.rebuild():
+            self._remember(block_id, location)
 
-    def _rebuild_index(self) -> None:
-        for fanout in os.scandir(self.root):
-            for entry in os.scandir(fanout.path):
-                if entry.name.endswith(".tmp"):
-                    os.unlink(entry.path)
-                    continue
-                size = entry.stat().st_size
-                self._sizes[int(entry.name, 16)] = size
-                self._used += size
+    def _remember(self, block_id: int, location: Location) -> None:
+        old = self._index.pop(block_id, None)
+        if old is not None:
+            self._forget(old)
+        self._index[block_id] = location
+        self._clean[block_id] = None
+        self._used += location.length
 
-    def _path(self, block_id: int) -> Path:
-        return self.root / object_name(block_id)
+    def _forget(self, location: Location) -> None:
+        self._used -= location.length
+        self._log.kill(location)
 
     def get(self, block_id: int) -> bytes | None:
-        if block_id not in self._sizes:
+        with self._lock:
+            location = self._index.get(block_id)
+            if location is None:
+                return None
+            if block_id in self._clean:
+                self._clean.move_to_end(block_id)
+        try:
+            return self._log.read(location)
+        except (OSError, KeyError) as e:
+            log.warning("block %016x vanished from NVMe while being read: %s", block_id, e)
             return None
-        self._sizes.move_to_end(block_id)
-        return read_file(self._path(block_id))
 
     def put(self, block_id: int, data: bytes, dirty: bool = False) -> None:
         """Store a block; a clean block that finds no room is simply not cached."""
-        if block_id in self._sizes:
-            return
-        if not self._make_room(len(data)):
+        with self._lock:
+            if block_id in self._index:
+                return
+            if not self._make_room(len(data)):
+                if dirty:
+                    raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")
+                return
+            self._remember(block_id, self._log.append(block_id, data))
             if dirty:
-                raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes")
-            return
-        write_file(self._path(block_id), data, durable=False)
-        self._sizes[block_id] = len(data)
-        self._used += len(data)
-        if dirty:
-            self._dirty.add(block_id)
+                self.mark_dirty(block_id)
 
     def _make_room(self, size: int) -> bool:
         if self._used + size <= self.capacity:
             return True
-        victims = (b for b in list(self._sizes) if b not in self._dirty)
         while self._used + size > self.capacity:
-            victim = next(victims, None)
-            if victim is None:
+            if not self._clean:
                 return False
-            self.delete(victim)
+            self.delete(next(iter(self._clean)))
         return True
 
     def mark_dirty(self, block_id: int) -> None:
-        if block_id in self._sizes:
-            self._dirty.add(block_id)
+        with self._lock:
+            if block_id in self._index:
+                self._dirty.add(block_id)
+                self._clean.pop(block_id, None)
 
     def mark_clean(self, block_id: int) -> None:
-        self._dirty.discard(block_id)
+        with self._lock:
+            if block_id in self._dirty:
+                self._dirty.discard(block_id)
+                self._clean[block_id] = None
 
     def is_dirty(self, block_id: int) -> bool:
         return block_id in self._dirty
 
     def sync(self, block_ids: list[int]) -> None:
-        """Make staged blocks survive power loss: the files, then their folders."""
-        folders = set()
-        for block_id in block_ids:
-            path = self._path(block_id)
-            sync_file(path)
-            folders.add(path.parent)
-        for folder in folders:
-            sync_dir(folder)
+        """Make staged blocks survive power loss: one fsync per segment they sit in."""
+        with self._lock:
+            segments = {self._index[b].segment for b in block_ids if b in self._index}
+        self._log.sync(segments)
 
     def delete(self, block_id: int) -> None:
-        size = self._sizes.pop(block_id, None)
-        self._dirty.discard(block_id)
-        if size is not None:
-            remove_file(self._path(block_id))
-            self._used -= size
+        with self._lock:
+            location = self._index.pop(block_id, None)
+            self._dirty.discard(block_id)
+            self._clean.pop(block_id, None)
+            if location is not None:
+                self._forget(location)
 
     def contains(self, block_id: int) -> bool:
-        return block_id in self._sizes
+        return block_id in self._index
 
     def used(self) -> int:
         return self._used
 
     def dirty_bytes(self) -> int:
-        return sum(self._sizes[b] for b in self._dirty)
+        with self._lock:
+            return sum(self._index[b].length for b in self._dirty if b in self._index)
+
+    def block_ids(self) -> list[int]:
+        with self._lock:
+            return list(self._index)
+
+    def close(self) -> None:
+        self._log.close()

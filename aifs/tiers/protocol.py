@@ -19,6 +19,12 @@ class Tier(Protocol):
     def used(self) -> int: ...
 
 
+class ColdTier(Tier, Protocol):
+    """The durable bottom tier: puts become durable at the latest when flush() returns."""
+
+    def flush(self) -> None: ...
+
+
 def object_name(block_id: int) -> str:
     """Object names spread over 256 fan-out folders by the low byte of the id."""
     return f"{block_id & 0xFF:02x}/{block_id:016x}"

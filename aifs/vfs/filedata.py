@@ -6,6 +6,7 @@ of the block refs, the size and the pending uploads (DESIGN section 4).
 """
 
 import time
+from collections.abc import Callable
 
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
@@ -17,9 +18,10 @@ MAX_DIRTY_PER_FILE = 64 << 20
 
 
 class FileData:
-    def __init__(self, meta: MetaEngine, tiers: TierManager) -> None:
+    def __init__(self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[int]], None]) -> None:
         self.meta = meta
         self.tiers = tiers
+        self._staged = staged
         self.bs = meta.block_size
 
     async def _object(self, ref: BlockRef) -> memoryview:
@@ -94,6 +96,7 @@ class FileData:
             refs[index] = await self._stage(data)
             of.unsynced.append(refs[index].block_id)
         self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
+        self._staged([ref.block_id for ref in refs.values()])
         for index in indexes:
             del of.dirty[index]
 
@@ -119,5 +122,7 @@ class FileData:
                 if of is not None:
                     of.unsynced.append(cut[1].block_id)
         self.meta.truncate(ino, size, cut)
+        if cut is not None:
+            self._staged([cut[1].block_id])
         if of is not None:
             of.size = size

@@ -55,8 +55,8 @@ class Volume:
         self._check_block_size()
         self.tiers = self._open_tiers()
         self.files = OpenFiles()
-        self.data = FileData(self.meta, self.tiers)
         self.uploader = Uploader(self.meta, self.tiers)
+        self.data = FileData(self.meta, self.tiers, self.uploader.enqueue)
         self.gc = GarbageCollector(self.meta, self.tiers)
         self._sync_meta = GroupCommit(self.meta.sync)
         self._recover()
@@ -78,7 +78,7 @@ class Volume:
 
     def _recover(self) -> None:
         """Resume what a crash interrupted: dirty blocks stay pinned, orphans are freed."""
-        for block_id in self.meta.pending_uploads(limit=1 << 62):
+        for block_id in self.uploader.pending:
             self.tiers.nvme.mark_dirty(block_id)
         for ino in self.meta.orphans():
             self.meta.reclaim(ino)
@@ -93,6 +93,7 @@ class Volume:
             async with of.lock:
                 await self.data.seal(of)
         self.meta.close()
+        self.tiers.nvme.close()
         os.close(self._lock_fd)
 
     # -- attributes --------------------------------------------------------
@@ -137,13 +138,11 @@ class Volume:
     async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
         async with of.lock:
             await self.data.write(of, offset, data)
-        self.uploader.kick()
 
     async def flush(self, of: OpenFile) -> None:
         """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4)."""
         async with of.lock:
             await self.data.seal(of)
-        self.uploader.kick()
 
     async def fsync(self, of: OpenFile) -> None:
         async with of.lock:

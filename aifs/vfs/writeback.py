@@ -1,7 +1,8 @@
 """Background movers: upload staged blocks to the cold tier, delete retired blocks.
 
 Both work from queues in the metadata (`U` and `G` keys), so a crash loses no
-work: on the next mount the queues are still there and the loops resume.
+work: on the next mount the queues are read back and the loops resume. While
+mounted, the upload queue is mirrored in memory so it is never rescanned.
 """
 
 import logging
@@ -17,53 +18,68 @@ log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
 GC_PERIOD_S = 5.0
 RETRY_S = 5.0
+BATCH = 256
 
 
 class Uploader:
-    """Drains the pending-upload queue with bounded concurrency."""
+    """Uploads in batches: concurrent puts, then one durability flush, then one metadata commit."""
 
     def __init__(self, meta: MetaEngine, tiers: TierManager, concurrency: int = 4) -> None:
         self.meta = meta
         self.tiers = tiers
         self.concurrency = concurrency
+        self._queue: dict[int, None] = dict.fromkeys(meta.pending_uploads())
         self._wake = trio.Event()
         self.uploaded_blocks = 0
 
-    def kick(self) -> None:
-        """Tell the loop that new blocks are pending."""
+    @property
+    def pending(self) -> list[int]:
+        return list(self._queue)
+
+    def enqueue(self, block_ids: list[int]) -> None:
+        self._queue.update(dict.fromkeys(block_ids))
         self._wake.set()
 
     async def run(self) -> None:
         while True:
-            pending = self.meta.pending_uploads(limit=256)
-            if not pending:
+            if not self._queue:
                 with trio.move_on_after(IDLE_POLL_S):
                     await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            await self._upload_all(pending)
+            batch = [b for b, _ in zip(self._queue, range(BATCH))]
+            await self._upload_batch(batch)
 
-    async def _upload_all(self, block_ids: list[int]) -> None:
+    async def _upload_batch(self, batch: list[int]) -> None:
+        done: list[int] = []
+        failed: list[int] = []
         limiter = trio.Semaphore(self.concurrency)
         async with trio.open_nursery() as nursery:
-            for block_id in block_ids:
+            for block_id in batch:
                 await limiter.acquire()
-                nursery.start_soon(self._upload_one, block_id, limiter)
+                nursery.start_soon(self._upload_one, block_id, limiter, done, failed)
+        if done:
+            await self.tiers.uploads_durable(done)
+            self.meta.uploads_done(done)
+            self.uploaded_blocks += len(done)
+        for block_id in done:
+            self._queue.pop(block_id, None)
+        if failed:
+            await trio.sleep(RETRY_S)
 
-    async def _upload_one(self, block_id: int, limiter: trio.Semaphore) -> None:
+    async def _upload_one(self, block_id: int, limiter: trio.Semaphore, done: list, failed: list) -> None:
         try:
-            await self.tiers.upload(block_id)
+            if self.meta.is_pending(block_id):
+                await self.tiers.upload(block_id)
+            done.append(block_id)
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)
+            done.append(block_id)
         except OSError as e:
             log.warning("upload of block %016x failed: %s; retrying in %.0f s", block_id, e, RETRY_S)
-            await trio.sleep(RETRY_S)
-            return
-        else:
-            self.uploaded_blocks += 1
+            failed.append(block_id)
         finally:
             limiter.release()
-        self.meta.upload_done(block_id)
 
 
 class GarbageCollector:

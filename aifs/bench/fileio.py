@@ -1,0 +1,54 @@
+"""Plain-POSIX file primitives shared by workloads.
+
+Every transfer is checked, so a filesystem that returns short data fails the bench
+instead of posting an impossibly good number.
+"""
+
+import os
+
+from aifs.bench.workload import BenchError
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of `data`: one write normally, more only if the filesystem writes short."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def create_file(path: str, data: bytes) -> None:
+    """Create `path` (it must not exist yet) holding `data`, and close it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_small_file(path: str, size: int) -> None:
+    """Open, read and close a file of `size` bytes: one open, one read, one close."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = len(os.read(fd, size + 1))
+    finally:
+        os.close(fd)
+    expect_size(path, got, size)
+
+
+def read_sequential(path: str, io_size: int) -> int:
+    """Read a whole file front to back in `io_size` reads into one buffer; return the bytes read."""
+    buffer = bytearray(io_size)
+    total = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while n := os.readv(fd, [buffer]):
+            total += n
+    finally:
+        os.close(fd)
+    return total
+
+
+def expect_size(path: str, got: int, want: int) -> None:
+    """Fail the bench when a read returned a different amount than was written."""
+    if got != want:
+        raise BenchError(f"{path}: read {got} bytes, expected {want}")

@@ -1,0 +1,40 @@
+"""Every workload `aifs bench` knows, in run order, and how a selection becomes a plan.
+
+To add a workload: write it in a module (one module per kind of workload) and add
+that module's WORKLOADS here.
+"""
+
+from collections.abc import Iterable
+
+from aifs.bench import bigfile, smallfiles
+from aifs.bench.workload import Workload
+
+
+def _index(workloads: Iterable[Workload]) -> dict[str, Workload]:
+    """Name -> workload; checks names are unique and prerequisites come first."""
+    index: dict[str, Workload] = {}
+    for workload in workloads:
+        missing = [name for name in workload.requires if name not in index]
+        if workload.name in index or missing:
+            raise ValueError(f"workload {workload.name!r}: duplicate, or {missing} not before it")
+        index[workload.name] = workload
+    return index
+
+
+WORKLOADS = _index([*smallfiles.WORKLOADS, *bigfile.WORKLOADS])
+
+
+def plan(selected: Iterable[str] | None = None) -> list[tuple[Workload, bool]]:
+    """The selected workloads (default: all) plus their prerequisites, in run order.
+
+    The flag says whether to report a step; unselected prerequisites only lay down files.
+    """
+    wanted = set(WORKLOADS if selected is None else selected)
+    needed: set[str] = set()
+    pending = list(wanted)
+    while pending:
+        name = pending.pop()
+        if name not in needed:
+            needed.add(name)
+            pending.extend(WORKLOADS[name].requires)
+    return [(workload, name in wanted) for name, workload in WORKLOADS.items() if name in needed]

@@ -1,0 +1,76 @@
+"""Turns Results into what `aifs bench` prints: an aligned table or JSON."""
+
+import json
+
+from aifs.bench.workload import Result, Results
+
+
+def _first(results: Results) -> dict[str, Result]:
+    """One path's results: all paths ran the same plan, so this gives names (in order) and units."""
+    return next(iter(results.values()), {})
+
+
+def _number(value: float) -> str:
+    """Thousands separators for big numbers, three significant digits for small ones."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:#.3g}"
+
+
+def _ratio(first: Result, last: Result) -> str:
+    return _number(first.value / last.value) if last.value else "-"
+
+
+class _Footnotes:
+    """Marks results that carry a note ("1,234 [1]") and lists the notes under the table."""
+
+    def __init__(self, results: Results) -> None:
+        every = (result for per_path in results.values() for result in per_path.values())
+        notes = dict.fromkeys(result.note for result in every if result.note)
+        self._marks = {note: f"[{i}]" for i, note in enumerate(notes, 1)}
+        self._width = max((len(mark) + 1 for mark in self._marks.values()), default=0)
+
+    def cell(self, result: Result) -> str:
+        """The value, its mark if any, padded so that digits line up down a column."""
+        mark = f" {self._marks[result.note]}" if result.note else ""
+        return f"{_number(result.value)}{mark.ljust(self._width)}"
+
+    def lines(self) -> list[str]:
+        return [f"{mark} {note}" for note, mark in self._marks.items()]
+
+
+def _align(rows: list[list[str]]) -> list[str]:
+    """Text columns (workload, unit) left-aligned, number columns right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    justify = [str.ljust, str.ljust] + [str.rjust] * (len(widths) - 2)
+    return ["  ".join(j(c, w) for j, c, w in zip(justify, row, widths)).rstrip() for row in rows]
+
+
+def to_table(results: Results) -> str:
+    """One row per result, one column per path, and a first/last ratio column when comparing."""
+    paths = list(results)
+    compare = len(paths) > 1
+    footnotes = _Footnotes(results)
+    rows = [["workload", "unit", *paths] + ([f"{paths[0]} / {paths[-1]}"] if compare else [])]
+    for name, sample in _first(results).items():
+        per_path = [results[path][name] for path in paths]
+        ratio = [_ratio(per_path[0], per_path[-1])] if compare else []
+        rows.append([name, sample.unit, *map(footnotes.cell, per_path), *ratio])
+    lines = _align(rows)
+    lines.insert(1, "-" * max(map(len, lines)))
+    return "\n".join(lines + footnotes.lines())
+
+
+def to_json(results: Results, scale: float) -> str:
+    """{"scale", "units": {result: unit}, "results": {result: {path: value}},
+    "notes": {result: {path: note}} (only results that have notes)}."""
+    names = list(_first(results))
+    document = {
+        "scale": scale,
+        "units": {name: sample.unit for name, sample in _first(results).items()},
+        "results": {name: {path: r[name].value for path, r in results.items()} for name in names},
+        "notes": {
+            name: notes
+            for name in names
+            if (notes := {path: r[name].note for path, r in results.items() if r[name].note})
+        },
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)

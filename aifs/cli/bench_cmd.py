@@ -1,0 +1,76 @@
+"""`aifs bench`: the same workloads on several directories (an aifs mount, a local disk...)."""
+
+import os
+
+import click
+
+from aifs.bench import report, runner
+from aifs.bench.registry import WORKLOADS
+from aifs.bench.workload import BenchError
+
+
+def _parse_only(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    """`--only a,b` -> ["a", "b"], rejecting names the registry does not know."""
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in WORKLOADS]
+    if unknown or not names:
+        given = ", ".join(unknown) or "(none)"
+        raise click.BadParameter(f"unknown workload {given}; choose from {', '.join(WORKLOADS)}")
+    return names
+
+
+def _distinct_dirs(
+    ctx: click.Context, param: click.Parameter, paths: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Two spellings of one directory would share a scratch directory and compare nothing."""
+    real = [os.path.realpath(path) for path in paths]
+    if len(set(real)) != len(real):
+        raise click.BadParameter("each PATH must be a different directory")
+    return paths
+
+
+def _progress(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.command()
+@click.argument(
+    "paths",
+    nargs=-1,
+    required=True,
+    callback=_distinct_dirs,
+    type=click.Path(exists=True, file_okay=False),
+)
+@click.option(
+    "--scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Multiply file counts and sizes (e.g. 0.01 for a smoke test).",
+)
+@click.option(
+    "--only",
+    callback=_parse_only,
+    metavar="NAME,...",
+    help=f"Run only these workloads (prerequisites run unreported): {', '.join(WORKLOADS)}.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool) -> None:
+    """Run the same file workloads on each PATH, one path after another, and compare them.
+
+    Each PATH is an existing directory. The bench works in a fresh subdirectory,
+    removed at the end:
+
+    \b
+        PATH/.aifs-bench-<pid>
+
+    Cold results need root to drop the kernel's caches. Progress goes to
+    stderr, results to stdout.
+    """
+    try:
+        results = runner.run(paths, only, scale, _progress)
+    except (BenchError, OSError) as error:  # OSError: the scratch directory itself failed
+        raise click.ClickException(str(error)) from error
+    click.echo(report.to_json(results, scale) if as_json else report.to_table(results))

@@ -1,0 +1,176 @@
+"""Append-only segment files that hold many blocks each.
+
+Creating a file per block costs a few hundred microseconds on ext4; appending to
+an open file costs a few. So the NVMe tier appends each block as a record
+(header + bytes) to the active segment. A deleted record is marked dead in its
+header and its bytes are punched out of the file (the space returns to the disk
+at once); a segment whose records are all dead is unlinked. The records are
+self-describing, so the index is rebuilt by reading the headers at start.
+"""
+
+import ctypes
+import errno
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from aifs.tiers.files import libc, sync_dir
+
+HEADER = struct.Struct("<4sB3xQQ")
+MAGIC = b"AIFB"
+LIVE, DEAD = 1, 0
+STATE_OFFSET = 4
+SEGMENT_BYTES = 256 << 20
+_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_PAGE = 4096
+
+libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a block's bytes sit: segment number, offset of the bytes, their length."""
+
+    segment: int
+    offset: int
+    length: int
+
+    @property
+    def header_offset(self) -> int:
+        return self.offset - HEADER.size
+
+
+class _Segment:
+    def __init__(self, path: Path, number: int) -> None:
+        self.path = path
+        self.number = number
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.size = os.fstat(self.fd).st_size
+        self.live = 0
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _punch(fd: int, start: int, end: int) -> None:
+    """Free the whole pages inside [start, end); the filesystem may not support it."""
+    first = -(-start // _PAGE) * _PAGE
+    last = end // _PAGE * _PAGE
+    if last > first and libc.fallocate(fd, _PUNCH_HOLE, first, last - first) != 0:
+        if ctypes.get_errno() not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE) failed")
+
+
+def _read_exact(fd: int, length: int, offset: int) -> bytes:
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            raise OSError(errno.EIO, f"segment ends {length - got} bytes early at offset {offset}")
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+class SegmentLog:
+    """Thread-safe: appends are serialised, reads and kills of distinct records are not."""
+
+    def __init__(self, root: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.root = root
+        self.segment_bytes = segment_bytes
+        self._segments: dict[int, _Segment] = {}
+        self._lock = threading.Lock()
+        self._active: _Segment | None = None
+        self._unsynced_names = False
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, number: int) -> Path:
+        return self.root / f"seg-{number:08d}.log"
+
+    def rebuild(self) -> Iterator[tuple[int, Location]]:
+        """Open every segment and yield (block id, location) of each live record."""
+        for path in sorted(self.root.glob("seg-*.log")):
+            segment = _Segment(path, int(path.stem[4:]))
+            self._segments[segment.number] = segment
+            yield from self._scan(segment)
+            if segment.live == 0:
+                self._drop(segment)
+
+    def _scan(self, segment: _Segment) -> Iterator[tuple[int, Location]]:
+        pos = 0
+        while pos + HEADER.size <= segment.size:
+            magic, state, block_id, length = HEADER.unpack(os.pread(segment.fd, HEADER.size, pos))
+            end = pos + HEADER.size + length
+            if magic != MAGIC or end > segment.size:
+                os.ftruncate(segment.fd, pos)  # a record torn by a crash ends the segment
+                segment.size = pos
+                return
+            if state == LIVE:
+                segment.live += 1
+                yield block_id, Location(segment.number, pos + HEADER.size, length)
+            pos = end
+
+    def append(self, block_id: int, data: bytes) -> Location:
+        record = HEADER.size + len(data)
+        with self._lock:
+            segment = self._writable(record)
+            offset = segment.size
+            try:
+                written = os.pwritev(segment.fd, [HEADER.pack(MAGIC, LIVE, block_id, len(data)), data], offset)
+                if written != record:
+                    raise OSError(errno.ENOSPC, "short write to an NVMe segment")
+            except OSError:
+                os.ftruncate(segment.fd, offset)
+                raise
+            segment.size += record
+            segment.live += 1
+        return Location(segment.number, offset + HEADER.size, len(data))
+
+    def _writable(self, record: int) -> _Segment:
+        active = self._active
+        if active is None or (active.size and active.size + record > self.segment_bytes):
+            number = max(self._segments, default=0) + 1
+            active = self._active = self._segments[number] = _Segment(self._path(number), number)
+            self._unsynced_names = True
+        return active
+
+    def read(self, location: Location) -> bytes:
+        return _read_exact(self._segments[location.segment].fd, location.length, location.offset)
+
+    def kill(self, location: Location) -> None:
+        """Mark a record dead and give its space back."""
+        with self._lock:
+            segment = self._segments[location.segment]
+            os.pwrite(segment.fd, bytes([DEAD]), location.header_offset + STATE_OFFSET)
+            _punch(segment.fd, location.offset, location.offset + location.length)
+            segment.live -= 1
+            if segment.live == 0 and segment is not self._active:
+                self._drop(segment)
+
+    def _drop(self, segment: _Segment) -> None:
+        segment.close()
+        segment.path.unlink()
+        del self._segments[segment.number]
+
+    def sync(self, segments: set[int]) -> None:
+        """fsync the named segments (one fsync covers every block appended to each)."""
+        for number in segments:
+            segment = self._segments.get(number)
+            if segment is not None:
+                os.fsync(segment.fd)
+        if segments and self._unsynced_names:
+            self._unsynced_names = False
+            sync_dir(self.root)
+
+    def close(self) -> None:
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+        self._active = None
