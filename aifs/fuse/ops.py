@@ -1,6 +1,7 @@
 """pyfuse3 request handlers: each translates one FUSE request into volume and metadata calls."""
 
 import errno
+import os
 import stat
 
 import pyfuse3
@@ -139,17 +140,17 @@ class AifsOperations(pyfuse3.Operations):
 
     # -- files -------------------------------------------------------------
 
-    def _open_handle(self, inode: int) -> pyfuse3.FileInfo:
+    def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
         fh = self._new_fh()
-        self._files[fh] = self.vol.open(inode)
+        self._files[fh] = self.vol.open(inode, for_reading=flags & os.O_ACCMODE != os.O_WRONLY)
         return pyfuse3.FileInfo(fh=fh, keep_cache=True)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         ino = await self._make(parent_inode, name, mode, ctx)
-        return self._open_handle(ino), self._entry(ino)
+        return self._open_handle(ino, os.O_WRONLY), self._entry(ino)
 
     async def open(self, inode, flags, ctx):
-        return self._open_handle(inode)
+        return self._open_handle(inode, flags)
 
     async def read(self, fh, off, size):
         return await self.vol.read(self._files[fh], off, size)

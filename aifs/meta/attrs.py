@@ -1,7 +1,7 @@
 """Inode attributes and block references, and their compact msgpack encoding."""
 
 import stat
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import msgpack
 
@@ -27,7 +27,10 @@ class Inode:
     parent: int = 0
 
     def encode(self) -> bytes:
-        return msgpack.packb(astuple(self))
+        return msgpack.packb((
+            self.mode, self.uid, self.gid, self.size, self.nlink, self.atime_ns,
+            self.mtime_ns, self.ctime_ns, self.rdev, self.alloc, self.parent,
+        ))
 
     @classmethod
     def decode(cls, data: bytes) -> "Inode":
@@ -52,7 +55,7 @@ class BlockRef:
     checksum: int
 
     def encode(self) -> bytes:
-        return msgpack.packb(astuple(self))
+        return msgpack.packb((self.block_id, self.offset, self.length, self.checksum))
 
     @classmethod
     def decode(cls, data: bytes) -> "BlockRef":

@@ -11,9 +11,15 @@ import msgpack
 
 from aifs.meta import keys
 from aifs.meta.attrs import BlockRef, Inode
+from aifs.meta.kv import Batch
 from aifs.meta.txn import Txn
 
 GARBAGE_GRACE_NS = 30 * 10**9
+
+
+def queue_upload(batch: Batch, ref: BlockRef) -> None:
+    """Queue an object for upload; the checksum lets the uploader refuse a rotten staged copy."""
+    batch.put(keys.upload(ref.block_id), keys.u64(ref.checksum))
 
 
 class BlockMapOps:
@@ -42,7 +48,7 @@ class BlockMapOps:
             if index in old:
                 delta -= self._retire(txn, old[index])
             txn.batch.put(keys.block(ino, index), ref.encode())
-            txn.batch.put(keys.upload(ref.block_id), b"")
+            queue_upload(txn.batch, ref)
             delta += ref.length
         node.size = size
         node.alloc += delta
@@ -62,7 +68,7 @@ class BlockMapOps:
             if index in old:
                 freed += self._retire(txn, old[index])
             txn.batch.put(keys.block(ino, index), ref.encode())
-            txn.batch.put(keys.upload(ref.block_id), b"")
+            queue_upload(txn.batch, ref)
             freed -= ref.length
         node.size = size
         node.alloc -= freed
@@ -86,9 +92,9 @@ class BlockMapOps:
 
     # -- queues ------------------------------------------------------------
 
-    def pending_uploads(self) -> list[int]:
-        """The whole write-back queue; read once at mount, then kept in memory."""
-        return [keys.read_u64(key, 1) for key, _ in self.kv.scan(keys.UPLOAD)]
+    def pending_uploads(self) -> dict[int, int]:
+        """The whole write-back queue (block id -> checksum); read once at mount, then kept in memory."""
+        return {keys.read_u64(key, 1): keys.read_u64(value) for key, value in self.kv.scan(keys.UPLOAD)}
 
     def is_pending(self, block_id: int) -> bool:
         return self.kv.get(keys.upload(block_id)) is not None

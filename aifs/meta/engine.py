@@ -18,7 +18,7 @@ from aifs.meta.blockmap import BlockMapOps
 from aifs.errors import FsError
 from aifs.meta.ids import IdAllocator
 from aifs.meta.kv import KVStore, ShardedRocksKV
-from aifs.meta.names import check_name
+from aifs.meta.names import NAME_MAX, check_name
 from aifs.meta.txn import Txn
 from aifs.meta.usage import Usage
 from aifs.meta.xattrs import XattrOps
@@ -71,7 +71,10 @@ class MetaEngine(BlockMapOps, XattrOps):
     # -- reads -------------------------------------------------------------
 
     def getattr(self, ino: int) -> Inode:
-        return Txn(self.kv).inode(ino)
+        data = self.kv.get(keys.inode(ino))
+        if data is None:
+            raise FsError(errno.ENOENT, f"inode {ino} does not exist")
+        return Inode.decode(data)
 
     def lookup(self, parent: int, name: bytes) -> tuple[int, Inode]:
         txn = Txn(self.kv)
@@ -80,6 +83,8 @@ class MetaEngine(BlockMapOps, XattrOps):
             return parent, node
         if name == b"..":
             return node.parent, txn.inode(node.parent)
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG, f"name of {len(name)} bytes exceeds {NAME_MAX}")
         ino = txn.dentry(parent, name)
         if ino is None:
             raise FsError(errno.ENOENT, f"no entry {name!r} in directory {parent}")
@@ -220,10 +225,10 @@ class MetaEngine(BlockMapOps, XattrOps):
         try:
             node = txn.inode(ino)
         except FsError:
+            node = None
+        if node is None or node.nlink > 0:
             txn.batch.delete(keys.orphan(ino))
         else:
-            if node.nlink > 0:
-                return
             self._free_inode(txn, ino, node)
         txn.commit()
 
@@ -235,6 +240,8 @@ class MetaEngine(BlockMapOps, XattrOps):
     ) -> None:
         """rename(2) with RENAME_NOREPLACE (1) and RENAME_EXCHANGE (2)."""
         check_name(new_name)
+        if flags & 1 and flags & 2:
+            raise FsError(errno.EINVAL, "RENAME_NOREPLACE and RENAME_EXCHANGE exclude each other")
         txn = Txn(self.kv)
         src = self._existing(txn, old_parent, old_name)
         txn.directory(new_parent)

@@ -123,7 +123,7 @@ class ShardedRocksKV:
     @staticmethod
     def _scan_family(family: Rdict, prefix: bytes, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         it = family.iter()
-        it.seek(start if start is not None else prefix)
+        it.seek(max(start, prefix) if start is not None else prefix)
         try:
             while it.valid():
                 key = it.key()

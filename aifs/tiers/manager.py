@@ -36,6 +36,7 @@ class TierStats:
 class _Flight:
     done: trio.Event = field(default_factory=trio.Event)
     data: bytes | None = None
+    error: FsError | None = None
 
 
 class TierManager:
@@ -56,22 +57,34 @@ class TierManager:
 
     # -- reads -------------------------------------------------------------
 
-    async def read(self, block_id: int, expected: int, length: int) -> bytes:
-        """The whole object `block_id`, verified; raises FsError(EIO) when no tier has it intact."""
-        data = self.ram.get(block_id)
-        if data is not None:
-            self._count(self.ram, data)
-            return data
-        flight = self._flights.get(block_id)
-        if flight is not None:
+    async def read(self, block_id: int, expected: int, length: int, promote: bool = True) -> bytes:
+        """The whole object `block_id`, verified; raises FsError(EIO) when no tier has it intact.
+
+        Readers of a block being fetched wait for that fetch; if its reader was
+        cancelled rather than failed, the next waiter fetches again.
+        """
+        while True:
+            data = self.ram.get(block_id, promote)
+            if data is not None:
+                self._count(self.ram, data)
+                return data
+            flight = self._flights.get(block_id)
+            if flight is None:
+                return await self._lead_fetch(block_id, expected, length)
             await flight.done.wait()
             if flight.data is not None:
                 return flight.data
-            raise FsError(errno.EIO, f"block {block_id:016x} could not be read")
+            if flight.error is not None:
+                raise flight.error
+
+    async def _lead_fetch(self, block_id: int, expected: int, length: int) -> bytes:
         flight = self._flights[block_id] = _Flight()
         try:
             flight.data = await self._fetch(block_id, expected, length)
             return flight.data
+        except FsError as e:
+            flight.error = e
+            raise
         finally:
             del self._flights[block_id]
             flight.done.set()
@@ -109,11 +122,16 @@ class TierManager:
         if block_ids:
             await trio.to_thread.run_sync(self.nvme.sync, block_ids, limiter=self._io_limiter)
 
-    async def upload(self, block_id: int) -> None:
-        """Copy a staged block to the cold tier (durable only after `uploads_durable`)."""
+    async def upload(self, block_id: int, expected: int) -> None:
+        """Copy a staged block to the cold tier (durable only after `uploads_durable`).
+
+        The staged copy is verified first: a rotten copy must never become the durable one.
+        """
         data = await self._io(INLINE_BYTES + 1, self.nvme.get, block_id)
         if data is None:
             raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
+        if checksum(data) != expected:
+            raise FsError(errno.EIO, str(CorruptBlock(block_id, self.nvme.name)))
         await trio.to_thread.run_sync(self.cold.put, block_id, data, limiter=self._io_limiter)
 
     async def uploads_durable(self, block_ids: list[int]) -> None:

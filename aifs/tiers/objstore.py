@@ -6,10 +6,14 @@ put before it, which costs far less than an fsync per object.
 """
 
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from aifs.tiers.files import make_fanout, read_file, remove_file, sync_filesystem, write_file
 from aifs.tiers.protocol import object_name
+
+_OBJECT_NAME = re.compile(r"[0-9a-f]{16}")
 
 
 class LocalObjectStore:
@@ -19,11 +23,7 @@ class LocalObjectStore:
         self.root = root
         self.capacity = capacity
         make_fanout(root)
-        self._used = sum(
-            entry.stat().st_size
-            for fanout in os.scandir(root)
-            for entry in os.scandir(fanout.path)
-        )
+        self._used = sum(entry.stat().st_size for entry in self._objects())
 
     def _path(self, block_id: int) -> Path:
         return self.root / object_name(block_id)
@@ -49,8 +49,12 @@ class LocalObjectStore:
 
     def block_ids(self) -> list[int]:
         """Every object held, for fsck's search for unreferenced blocks."""
-        return [
-            int(entry.name, 16)
-            for fanout in os.scandir(self.root)
-            for entry in os.scandir(fanout.path)
-        ]
+        return [int(entry.name, 16) for entry in self._objects()]
+
+    def _objects(self) -> Iterator[os.DirEntry]:
+        """Object files; anything else an operator left in the folders is ignored."""
+        for fanout in os.scandir(self.root):
+            if fanout.is_dir():
+                for entry in os.scandir(fanout.path):
+                    if _OBJECT_NAME.fullmatch(entry.name):
+                        yield entry

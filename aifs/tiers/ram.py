@@ -41,14 +41,20 @@ class RamTier:
         self._probation = _Segment()
         self._protected = _Segment()
 
-    def get(self, block_id: int) -> bytes | None:
+    def get(self, block_id: int, promote: bool = True) -> bytes | None:
+        """A hit; with `promote` a block on probation counts as re-used and is protected."""
         data = self._protected.blocks.get(block_id)
         if data is not None:
             self._protected.blocks.move_to_end(block_id)
             return data
-        data = self._probation.pop(block_id)
-        if data is not None:
+        data = self._probation.blocks.get(block_id)
+        if data is None:
+            return None
+        if promote:
+            self._probation.pop(block_id)
             self._protect(block_id, data)
+        else:
+            self._probation.blocks.move_to_end(block_id)
         return data
 
     def _protect(self, block_id: int, data: bytes) -> None:

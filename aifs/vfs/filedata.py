@@ -18,38 +18,52 @@ MAX_DIRTY_PER_FILE = 64 << 20
 
 
 class FileData:
-    def __init__(self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[int]], None]) -> None:
+    def __init__(self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[BlockRef]], None]) -> None:
         self.meta = meta
         self.tiers = tiers
         self._staged = staged
         self.bs = meta.block_size
 
-    async def _object(self, ref: BlockRef) -> memoryview:
-        data = await self.tiers.read(ref.block_id, ref.checksum, ref.length)
+    async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
+        data = await self.tiers.read(ref.block_id, ref.checksum, ref.length, promote)
         return memoryview(data)[ref.offset:ref.offset + ref.length]
+
+    def _spans(self, offset: int, end: int) -> list[tuple[int, int, int]]:
+        """(block index, start, end within the block) for each block the range touches."""
+        first, last = offset // self.bs, (end - 1) // self.bs
+        return [
+            (i, max(offset - i * self.bs, 0), min(end - i * self.bs, self.bs))
+            for i in range(first, last + 1)
+        ]
 
     async def read(self, ino: int, of: OpenFile | None, size_now: int, offset: int, size: int) -> bytes:
         end = min(offset + size, size_now)
         if offset >= end:
             return b""
-        first, last = offset // self.bs, (end - 1) // self.bs
+        spans = self._spans(offset, end)
         dirty = of.dirty if of is not None else {}
-        refs = self.meta.block_refs(ino, (i for i in range(first, last + 1) if i not in dirty))
+        # Copied before the first await: a write may grow or seal these buffers meanwhile.
+        unsealed = {i: bytes(dirty[i][lo:hi]) for i, lo, hi in spans if i in dirty}
+        refs = self.meta.block_refs(ino, (i for i, _, _ in spans if i not in unsealed))
         parts = []
-        for index in range(first, last + 1):
-            lo = max(offset - index * self.bs, 0)
-            hi = min(end - index * self.bs, self.bs)
-            if index in dirty:
-                source = memoryview(dirty[index])
+        for index, lo, hi in spans:
+            if index in unsealed:
+                chunk = unsealed[index]
             elif index in refs:
-                source = await self._object(refs[index])
+                chunk = (await self._read_block(of, refs[index]))[lo:hi]
             else:
-                source = memoryview(b"")
-            chunk = source[lo:hi]
+                chunk = b""
             parts.append(chunk)
             if len(chunk) < hi - lo:
                 parts.append(bytes(hi - lo - len(chunk)))
         return b"".join(parts)
+
+    async def _read_block(self, of: OpenFile | None, ref: BlockRef) -> memoryview:
+        """Only the first read of a block in a pass counts as a re-use for the RAM tier."""
+        promote = of is None or of.last_block != ref.block_id
+        if of is not None:
+            of.last_block = ref.block_id
+        return await self._object(ref, promote)
 
     async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
         """Copy `data` into the block buffers; seal blocks that became full."""
@@ -96,7 +110,7 @@ class FileData:
             refs[index] = await self._stage(data)
             of.unsynced.append(refs[index].block_id)
         self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
-        self._staged([ref.block_id for ref in refs.values()])
+        self._staged(list(refs.values()))
         for index in indexes:
             del of.dirty[index]
 
@@ -123,6 +137,6 @@ class FileData:
                     of.unsynced.append(cut[1].block_id)
         self.meta.truncate(ino, size, cut)
         if cut is not None:
-            self._staged([cut[1].block_id])
+            self._staged([cut[1]])
         if of is not None:
             of.size = size

@@ -38,6 +38,7 @@ class GroupCommit:
             await trio.to_thread.run_sync(self._sync)
             self._finished = max(self._finished, generation)
         finally:
-            await self._changed.acquire()
+            with trio.CancelScope(shield=True):
+                await self._changed.acquire()
             self._running = False
             self._changed.notify_all()

@@ -7,7 +7,9 @@ class OpenFile:
     """Shared by every handle of one inode, so all of them see the same bytes.
 
     `dirty` holds blocks written but not yet sealed; `unsynced` lists block ids
-    staged since the last fsync. `lock` orders writes, seals and truncates.
+    staged since the last fsync; `last_block` is the block read last, so that a
+    pass reading one block in pieces counts as one use. `lock` orders writes,
+    seals and truncates.
     """
 
     def __init__(self, ino: int, size: int) -> None:
@@ -17,6 +19,7 @@ class OpenFile:
         self.dirty: dict[int, bytearray] = {}
         self.unsynced: list[int] = []
         self.mtime_ns: int | None = None
+        self.last_block: int | None = None
         self.lock = trio.Lock()
 
     @property

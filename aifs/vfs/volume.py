@@ -119,21 +119,21 @@ class Volume:
 
     # -- open files --------------------------------------------------------
 
-    def open(self, ino: int) -> OpenFile:
+    def open(self, ino: int, for_reading: bool) -> OpenFile:
+        """Open a file; an open for reading records the access (relatime rules).
+
+        Reads are mostly served by the kernel's page cache without a request, so
+        the open is where an access can be seen at all.
+        """
         node = self.meta.getattr(ino)
+        now = time.time_ns()
+        if for_reading and (node.atime_ns <= max(node.mtime_ns, node.ctime_ns)
+                            or now - node.atime_ns > RELATIME_NS):
+            self.meta.set_atime(ino, now)
         return self.files.acquire(ino, node.size)
 
     async def read(self, of: OpenFile, offset: int, size: int) -> bytes:
-        data = await self.data.read(of.ino, of, of.size, offset, size)
-        self._update_atime(of.ino)
-        return data
-
-    def _update_atime(self, ino: int) -> None:
-        """relatime: record an access only when atime is older than mtime/ctime or a day."""
-        node = self.meta.getattr(ino)
-        now = time.time_ns()
-        if node.atime_ns <= max(node.mtime_ns, node.ctime_ns) or now - node.atime_ns > RELATIME_NS:
-            self.meta.set_atime(ino, now)
+        return await self.data.read(of.ino, of, of.size, offset, size)
 
     async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
         async with of.lock:

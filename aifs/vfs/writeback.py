@@ -5,12 +5,14 @@ work: on the next mount the queues are read back and the loops resume. While
 mounted, the upload queue is mirrored in memory so it is never rescanned.
 """
 
+import itertools
 import logging
 
 import trio
 
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
+from aifs.meta.attrs import BlockRef
 from aifs.tiers.manager import TierManager
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class Uploader:
         self.meta = meta
         self.tiers = tiers
         self.concurrency = concurrency
-        self._queue: dict[int, None] = dict.fromkeys(meta.pending_uploads())
+        self._queue: dict[int, int] = meta.pending_uploads()
         self._wake = trio.Event()
         self.uploaded_blocks = 0
 
@@ -36,8 +38,8 @@ class Uploader:
     def pending(self) -> list[int]:
         return list(self._queue)
 
-    def enqueue(self, block_ids: list[int]) -> None:
-        self._queue.update(dict.fromkeys(block_ids))
+    def enqueue(self, refs: list[BlockRef]) -> None:
+        self._queue.update((ref.block_id, ref.checksum) for ref in refs)
         self._wake.set()
 
     async def run(self) -> None:
@@ -47,17 +49,17 @@ class Uploader:
                     await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            batch = [b for b, _ in zip(self._queue, range(BATCH))]
+            batch = list(itertools.islice(self._queue.items(), BATCH))
             await self._upload_batch(batch)
 
-    async def _upload_batch(self, batch: list[int]) -> None:
+    async def _upload_batch(self, batch: list[tuple[int, int]]) -> None:
         done: list[int] = []
         failed: list[int] = []
         limiter = trio.Semaphore(self.concurrency)
         async with trio.open_nursery() as nursery:
-            for block_id in batch:
+            for block_id, expected in batch:
                 await limiter.acquire()
-                nursery.start_soon(self._upload_one, block_id, limiter, done, failed)
+                nursery.start_soon(self._upload_one, block_id, expected, limiter, done, failed)
         if done:
             await self.tiers.uploads_durable(done)
             self.meta.uploads_done(done)
@@ -67,10 +69,12 @@ class Uploader:
         if failed:
             await trio.sleep(RETRY_S)
 
-    async def _upload_one(self, block_id: int, limiter: trio.Semaphore, done: list, failed: list) -> None:
+    async def _upload_one(
+        self, block_id: int, expected: int, limiter: trio.Semaphore, done: list, failed: list,
+    ) -> None:
         try:
             if self.meta.is_pending(block_id):
-                await self.tiers.upload(block_id)
+                await self.tiers.upload(block_id, expected)
             done.append(block_id)
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)
