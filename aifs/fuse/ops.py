@@ -150,6 +150,8 @@ class AifsOperations(pyfuse3.Operations):
         return self._open_handle(ino, os.O_WRONLY), self._entry(ino)
 
     async def open(self, inode, flags, ctx):
+        if flags & os.O_TRUNC:  # the kernel leaves O_TRUNC to us (atomic_o_trunc)
+            await self.vol.set_size(inode, 0)
         return self._open_handle(inode, flags)
 
     async def read(self, fh, off, size):

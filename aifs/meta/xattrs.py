@@ -8,12 +8,20 @@ from aifs.meta.txn import Txn
 
 XATTR_NAME_MAX = 255
 XATTR_SIZE_MAX = 65536
+NAMESPACES = (b"user.", b"trusted.", b"security.")
+
+
+def check_namespace(name: bytes) -> None:
+    """Linux accepts only known namespaces; system.* (ACLs) is not supported here."""
+    if not name.startswith(NAMESPACES):
+        raise FsError(errno.EOPNOTSUPP, f"attribute {name!r} is in no supported namespace")
 
 
 class XattrOps:
     """Mixed into MetaEngine; needs `kv`."""
 
     def get_xattr(self, ino: int, name: bytes) -> bytes:
+        check_namespace(name)
         value = self.kv.get(keys.xattr(ino, name))
         if value is None:
             raise FsError(errno.ENODATA, f"no attribute {name!r} on inode {ino}")
@@ -24,6 +32,7 @@ class XattrOps:
         return [key[len(prefix):] for key, _ in self.kv.scan(prefix)]
 
     def set_xattr(self, ino: int, name: bytes, value: bytes) -> None:
+        check_namespace(name)
         if len(name) > XATTR_NAME_MAX:
             raise FsError(errno.ERANGE, f"attribute name of {len(name)} bytes is too long")
         if len(value) > XATTR_SIZE_MAX:
