@@ -32,9 +32,9 @@ class XattrOps:
         return [key[len(prefix):] for key, _ in self.kv.scan(prefix)]
 
     def set_xattr(self, ino: int, name: bytes, value: bytes) -> None:
-        check_namespace(name)
         if len(name) > XATTR_NAME_MAX:
             raise FsError(errno.ERANGE, f"attribute name of {len(name)} bytes is too long")
+        check_namespace(name)
         if len(value) > XATTR_SIZE_MAX:
             raise FsError(errno.E2BIG, f"attribute value of {len(value)} bytes is too large")
         txn = Txn(self.kv)

@@ -45,6 +45,7 @@ class TierManager:
         self.stats = {tier.name: TierStats() for tier in (ram, nvme, cold)}
         self._io_limiter = trio.CapacityLimiter(io_threads)
         self._flights: dict[int, _Flight] = {}
+        self.last_stage = float("-inf")
 
     @property
     def tiers(self) -> tuple[Tier, ...]:
@@ -115,6 +116,7 @@ class TierManager:
 
     async def stage(self, block_id: int, data: bytes) -> None:
         """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM."""
+        self.last_stage = trio.current_time()
         await self._io(len(data), self.nvme.put, block_id, data, True)
         self.ram.put(block_id, data)
 

@@ -29,6 +29,7 @@ class NvmeTier:
         self._index: dict[int, Location] = {}
         self._clean: OrderedDict[int, None] = OrderedDict()
         self._dirty: set[int] = set()
+        self._dirty_bytes = 0
         self._used = 0
         self._lock = threading.RLock()
         for block_id, location in self._log.rebuild():
@@ -83,14 +84,16 @@ class NvmeTier:
 
     def mark_dirty(self, block_id: int) -> None:
         with self._lock:
-            if block_id in self._index:
+            if block_id in self._index and block_id not in self._dirty:
                 self._dirty.add(block_id)
+                self._dirty_bytes += self._index[block_id].length
                 self._clean.pop(block_id, None)
 
     def mark_clean(self, block_id: int) -> None:
         with self._lock:
             if block_id in self._dirty:
                 self._dirty.discard(block_id)
+                self._dirty_bytes -= self._index[block_id].length
                 self._clean[block_id] = None
 
     def is_dirty(self, block_id: int) -> bool:
@@ -104,8 +107,9 @@ class NvmeTier:
 
     def delete(self, block_id: int) -> None:
         with self._lock:
+            if block_id in self._dirty:
+                self.mark_clean(block_id)
             location = self._index.pop(block_id, None)
-            self._dirty.discard(block_id)
             self._clean.pop(block_id, None)
             if location is not None:
                 self._forget(location)
@@ -117,8 +121,7 @@ class NvmeTier:
         return self._used
 
     def dirty_bytes(self) -> int:
-        with self._lock:
-            return sum(self._index[b].length for b in self._dirty if b in self._index)
+        return self._dirty_bytes
 
     def block_ids(self) -> list[int]:
         with self._lock:

@@ -141,6 +141,8 @@ class Volume:
 
     async def flush(self, of: OpenFile) -> None:
         """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4)."""
+        if not of.dirty and not of.lock.locked():
+            return  # nothing to seal: most closes, and every read-only one
         async with of.lock:
             await self.data.seal(of)
 

@@ -21,6 +21,8 @@ IDLE_POLL_S = 1.0
 GC_PERIOD_S = 5.0
 RETRY_S = 5.0
 BATCH = 256
+QUIET_S = 0.5
+STAGING_HIGH_WATER = 0.5
 
 
 class Uploader:
@@ -49,8 +51,17 @@ class Uploader:
                     await self._wake.wait()
                 self._wake = trio.Event()
                 continue
+            if self._writers_busy():
+                await trio.sleep(QUIET_S)
+                continue
             batch = list(itertools.islice(self._queue.items(), BATCH))
             await self._upload_batch(batch)
+
+    def _writers_busy(self) -> bool:
+        """Writers own the disk while they stage blocks, until staging passes its high-water mark."""
+        nvme = self.tiers.nvme
+        recently = trio.current_time() - self.tiers.last_stage < QUIET_S
+        return recently and nvme.dirty_bytes() < nvme.capacity * STAGING_HIGH_WATER
 
     async def _upload_batch(self, batch: list[tuple[int, int]]) -> None:
         done: list[int] = []
