@@ -2,6 +2,7 @@
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -11,6 +12,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    SecretStr,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -26,13 +28,17 @@ KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 TiB = 1 << 40
+PiB = 1 << 50
 DEFAULT_STATE_ROOT = Path("~/.local/share/aifs")
-TIER_ORDER = ("ram", "nvme", "objstore")
-TierKind = Literal["ram", "nvme", "objstore"]
+# Top to bottom; the durable kinds share the bottom level and exclude each other.
+TIER_LEVEL = {"ram": 0, "nvme": 1, "objstore": 2, "s3": 2}
+DURABLE_KINDS = ("objstore", "s3")
+TierKind = Literal["ram", "nvme", "objstore", "s3"]
 
 _BYTE_SIZE = TypeAdapter(ByteSize)
 _SIZE_HELP = "not a size; use bytes or a string like '8GiB'"
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 def format_size(n: int) -> str:
@@ -96,7 +102,45 @@ def _existing_dir(path: Path) -> Path:
     return path
 
 
+def _endpoint(value: str) -> str:
+    """The scheme decides TLS, so it must be explicit; a path would end up in every key."""
+    url = urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname or url.path.strip("/") or url.query:
+        raise PydanticCustomError(
+            "endpoint", "must be an http:// or https:// URL with a host and no path, like "
+            "'https://s3.example.com' or 'http://127.0.0.1:9000'",
+        )
+    return value.rstrip("/")
+
+
+def _bucket(value: str) -> str:
+    if not _BUCKET_NAME.fullmatch(value) or ".." in value:
+        raise PydanticCustomError(
+            "bucket", "not an S3 bucket name; use 3 to 63 lowercase letters, digits, '.' and '-', "
+            "starting and ending with a letter or digit",
+        )
+    return value
+
+
+def _non_empty(value: Any) -> Any:
+    """An empty string would silently mean "use the default"; leaving the key out says that."""
+    if value == "":
+        raise PydanticCustomError("empty", "must not be empty; remove the key to use the default")
+    return value
+
+
+def _key_prefix(value: str) -> str:
+    """Keys are <prefix><fan-out>/<block id>: without its '/' a prefix would glue onto them."""
+    if value and (not value.endswith("/") or value.startswith("/")):
+        raise PydanticCustomError(
+            "prefix", "must be empty, or end with '/' and not start with it, like 'volumes/train/'",
+        )
+    return value
+
+
 Size = Annotated[int, BeforeValidator(_to_bytes)]
+NonEmpty = Annotated[str, BeforeValidator(_non_empty)]
+Secret = Annotated[SecretStr, BeforeValidator(_non_empty)]
 Capacity = Annotated[int | None, BeforeValidator(_to_capacity)]
 AbsPath = Annotated[Path, AfterValidator(_absolute)]
 ExistingDir = Annotated[Path, AfterValidator(_absolute), AfterValidator(_existing_dir)]
@@ -131,10 +175,19 @@ class TierConfig(_Table):
     """Fields every tier has; `kind` selects the subclass, which adds kind-specific rules."""
 
     default_dir: ClassVar[str | None] = None  # folder under state_dir when `path` is unset
+    no_path: ClassVar[str | None] = None  # set on kinds without a path: why one is an error
 
     kind: TierKind
     capacity: Capacity = None
     path: Path | None = None
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path_allowed(cls, value: Any) -> Any:
+        """A path on a tier whose blocks live elsewhere is a misplaced key, not one to ignore."""
+        if cls.no_path is not None:
+            raise PydanticCustomError("tier_path", cls.no_path)
+        return value
 
     def auto_capacity(self, path: Path | None) -> int:
         """Bytes this tier may use when capacity = "auto"; `path` is where its blocks live."""
@@ -142,13 +195,8 @@ class TierConfig(_Table):
 
 
 class RamTier(TierConfig):
+    no_path: ClassVar[str | None] = "a ram tier has no path; remove the key"
     kind: Literal["ram"]
-
-    @field_validator("path", mode="before")
-    @classmethod
-    def _no_path(cls, value: Any) -> Any:
-        """A RAM tier lives in the daemon's memory; a path here means a misplaced key."""
-        raise PydanticCustomError("ram_path", "a ram tier has no path; remove the key")
 
     def auto_capacity(self, path: Path | None) -> int:
         """A quarter of available memory leaves room for the training job itself."""
@@ -177,7 +225,61 @@ class ObjstoreTier(TierConfig):
         return system.fs_total(path)
 
 
-AnyTier = Annotated[RamTier | NvmeTier | ObjstoreTier, Field(discriminator="kind")]
+class S3Tier(TierConfig):
+    """The durable bottom tier in an S3 bucket: AWS, MinIO, Ceph RGW or any S3 endpoint."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+    no_path: ClassVar[str | None] = (
+        "an s3 tier has no path; its blocks live under bucket and prefix, remove the key"
+    )
+
+    kind: Literal["s3"]
+    endpoint: Annotated[str, AfterValidator(_endpoint)] | None = None
+    bucket: Annotated[str, AfterValidator(_bucket)]
+    prefix: Annotated[str, AfterValidator(_key_prefix)] = ""
+    region: NonEmpty = "us-east-1"
+    addressing: Literal["path", "virtual", "auto"] | None = None
+    access_key: NonEmpty | None = None
+    secret_key: Secret | None = None
+    max_connections: int = Field(16, ge=1, le=1024, strict=True)
+    connect_timeout: float = Field(5.0, gt=0, strict=True)
+    read_timeout: float = Field(30.0, gt=0, strict=True)
+    retries: int = Field(5, ge=0, le=20, strict=True)
+    verify_tls: bool = Field(True, strict=True)
+    create_bucket: bool = Field(False, strict=True)
+    breaker_failures: int = Field(5, ge=1, le=1000, strict=True)
+    breaker_cooldown: float = Field(10.0, gt=0, strict=True)
+
+    @model_validator(mode="after")
+    def _default_addressing(self) -> "S3Tier":
+        """Path-style for an explicit endpoint: MinIO, Ceph and loopback servers have no
+        per-bucket DNS names; for AWS itself botocore picks per bucket ("auto")."""
+        if self.addressing is None:
+            self.addressing = "path" if self.endpoint else "auto"
+        return self
+
+    @model_validator(mode="after")
+    def _both_keys_or_neither(self) -> "S3Tier":
+        """Half a key pair would silently fall back to whatever the AWS chain finds."""
+        if self.secret_key is None and self.access_key is not None:
+            key, value, missing = "access_key", self.access_key, "secret_key"
+        elif self.access_key is None and self.secret_key is not None:
+            key, value, missing = "secret_key", str(self.secret_key), "access_key"
+        else:
+            return self
+        raise PydanticCustomError(
+            "s3_credentials",
+            f"set without {missing}; set both, or neither to use the standard AWS chain "
+            "(environment, profile, instance role)",
+            {"config_key": key, "config_value": value},
+        )
+
+    def auto_capacity(self, path: Path | None) -> int:
+        """A bucket has no size limit; 1 PiB keeps statfs (df) sane."""
+        return PiB
+
+
+AnyTier = Annotated[RamTier | NvmeTier | ObjstoreTier | S3Tier, Field(discriminator="kind")]
 
 
 class FuseConfig(_Table):
@@ -232,20 +334,29 @@ def _check_tier_order(tiers: list[TierConfig]) -> None:
         above, here = tiers[i - 1].kind, tiers[i].kind
         if here == above:
             raise _tier_error(i, "kind", here, f"a second {here} tier; list each kind at most once")
-        if TIER_ORDER.index(here) < TIER_ORDER.index(above):
+        if here in DURABLE_KINDS and above in DURABLE_KINDS:
+            raise _tier_error(
+                i, "kind", here,
+                f"a second durable tier below the {above} tier at tiers[{i - 1}]; "
+                "list exactly one of objstore and s3",
+            )
+        if TIER_LEVEL[here] < TIER_LEVEL[above]:
             raise _tier_error(
                 i, "kind", here,
                 f"listed below the {above} tier at tiers[{i - 1}]; "
-                "tiers go top to bottom in the order ram, nvme, objstore",
+                "tiers go top to bottom in the order ram, nvme, objstore (or s3)",
             )
     kinds = [t.kind for t in tiers]
-    for kind, role in (("nvme", "the write-back staging area"), ("objstore", "the durable bottom")):
-        if kind not in kinds:
-            raise PydanticCustomError(
-                "tiers",
-                f"no {kind} tier; list exactly one, it is {role}",
-                {"config_key": "tiers", "config_value": kinds},
-            )
+    if "nvme" not in kinds:
+        raise _tiers_error(kinds, "no nvme tier; list exactly one, it is the write-back staging area")
+    if not set(DURABLE_KINDS) & set(kinds):
+        raise _tiers_error(
+            kinds, "no objstore tier and no s3 tier; list exactly one of them, it is the durable bottom",
+        )
+
+
+def _tiers_error(kinds: list[str], message: str) -> PydanticCustomError:
+    return PydanticCustomError("tiers", message, {"config_key": "tiers", "config_value": kinds})
 
 
 def _check_capacities(tiers: list[TierConfig], block_size: int) -> None:

@@ -45,7 +45,7 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
     try:
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
-            nursery.start_soon(_stop_on_signal)
+            nursery.start_soon(_stop_on_signal, mountpoint)
             _set_read_ahead(mountpoint, config.fuse.read_ahead_kb)
             await pyfuse3.main(max_tasks=config.fuse.max_tasks)
             nursery.cancel_scope.cancel()
@@ -54,10 +54,12 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
             await volume.close()
 
 
-async def _stop_on_signal() -> None:
+async def _stop_on_signal(mountpoint: Path) -> None:
+    """Pull the kernel's dirty pages in first (syncfs while still serving), then stop."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            log.info("received %s, unmounting", signal.Signals(signum).name)
+            log.info("received %s, flushing and unmounting", signal.Signals(signum).name)
+            await trio.to_thread.run_sync(pyfuse3.syncfs, str(mountpoint))
             pyfuse3.terminate()
             return
 

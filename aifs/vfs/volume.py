@@ -9,11 +9,14 @@ from pathlib import Path
 import trio
 
 from aifs.config import Config
+from aifs.config.models import S3Tier as S3TierConfig
 from aifs.meta import Inode, MetaEngine
 from aifs.tiers.manager import TierManager
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.ram import RamTier
+from aifs.tiers.s3 import S3Tier
+from aifs.tiers.s3_marker import VolumeMarker
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
 from aifs.vfs.openfile import OpenFile, OpenFiles
@@ -69,11 +72,17 @@ class Volume:
             )
 
     def _open_tiers(self) -> TierManager:
+        """The config's tiers; the bottom one is the local object store or an S3 bucket,
+        which is checked to belong to this volume (opened before the tiers for this)."""
         by_kind = {tier.kind: tier for tier in self.config.tiers}
         capacity = {kind: self.config.capacity_of(tier) for kind, tier in by_kind.items()}
         ram = RamTier(capacity.get("ram", 0))
         nvme = NvmeTier(self.config.tier_path(by_kind["nvme"]), capacity["nvme"])
-        cold = LocalObjectStore(self.config.tier_path(by_kind["objstore"]), capacity["objstore"])
+        bottom = self.config.tiers[-1]
+        if isinstance(bottom, S3TierConfig):
+            cold = S3Tier(bottom, capacity["s3"], VolumeMarker.from_dict(self.meta.volume))
+        else:
+            cold = LocalObjectStore(self.config.tier_path(bottom), capacity["objstore"])
         return TierManager(ram, nvme, cold)
 
     def _recover(self) -> None:
@@ -165,9 +174,12 @@ class Volume:
         return self.files.is_open(ino)
 
     def statfs(self) -> tuple[int, int, int]:
-        """(capacity, free bytes, inodes) of the volume, bounded by the cold tier's real space."""
+        """(capacity, free bytes, inodes) of the volume; a local object store is also bounded
+        by its disk's real free space, a bucket only by the configured capacity."""
         capacity = self.tiers.cold.capacity
         inodes, used = self.meta.volume_stats()
-        disk = os.statvfs(self.tiers.cold.root)
-        free = min(max(capacity - used, 0), disk.f_bavail * disk.f_frsize)
+        free = max(capacity - used, 0)
+        if isinstance(self.tiers.cold, LocalObjectStore):
+            disk = os.statvfs(self.tiers.cold.root)
+            free = min(free, disk.f_bavail * disk.f_frsize)
         return capacity, free, inodes

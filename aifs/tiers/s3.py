@@ -1,0 +1,203 @@
+"""The durable cold tier in an S3 bucket (AWS S3, MinIO, Ceph RGW), through boto3.
+
+Block `id` is the object `<prefix><object_name(id)>`, e.g.
+`volumes/train/ab/00000000000012ab`: the same relative layout as the local
+object store, so one can be copied into the other as is, and the fan-out by the
+id's low byte spreads keys over S3's per-prefix request-rate partitions. One
+PUT per block (blocks are at most 64 MiB, far below S3's 5 GiB single-PUT limit).
+
+Every request runs through a Retrier: transient failures are retried with
+backoff, a circuit breaker stops waiting on an endpoint that keeps failing, and
+whatever cannot be done raises OSError(EIO) naming the bucket, key and error, so
+the uploader retries later and a reader gets EIO within a bounded time.
+"""
+
+import errno
+import re
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from aifs.config.models import S3Tier as S3Settings
+from aifs.tiers.protocol import object_name
+from aifs.tiers.s3_breaker import CircuitBreaker, CircuitOpen
+from aifs.tiers.s3_client import make_client
+from aifs.tiers.s3_marker import MARKER_NAME, S3SetupError, VolumeMarker
+from aifs.tiers.s3_retry import Retrier, error_code, is_transient
+
+T = TypeVar("T")
+
+_OBJECT_KEY = re.compile(r"[0-9a-f]{2}/([0-9a-f]{16})")
+_MISSING = frozenset({"NoSuchKey", "404", "NotFound"})  # HEAD answers carry no error code
+
+
+class S3Error(OSError):
+    """An S3 operation failed for good (EIO); `code` is S3's error code when it answered."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(errno.EIO, message)
+        self.code = code
+
+
+class S3Unavailable(S3Error):
+    """The circuit breaker is open: S3 counts as down and no request was sent."""
+
+
+class S3Tier:
+    name = "s3"
+
+    def __init__(self, settings: S3Settings, capacity: int, volume: VolumeMarker) -> None:
+        """Connect and claim the bucket prefix for `volume` (raises S3SetupError if it can't)."""
+        self.bucket = settings.bucket
+        self.prefix = settings.prefix
+        self.capacity = capacity
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown)
+        self._retrier = Retrier(settings.retries, self.breaker)
+        self._client = make_client(settings)
+        self._lock = threading.Lock()
+        self._used = 0
+        self._claim(volume, settings)
+
+    # -- the tier protocol ---------------------------------------------------
+
+    def get(self, block_id: int) -> bytes | None:
+        return self._get(self._key(block_id))
+
+    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+        """`length` bytes from `offset` (fewer at the object's end), or None when it is absent."""
+        if offset < 0 or length <= 0:
+            raise ValueError(f"bad range: offset {offset}, length {length}")
+        return self._get(self._key(block_id), Range=f"bytes={offset}-{offset + length - 1}")
+
+    def put(self, block_id: int, data: bytes) -> None:
+        key = self._key(block_id)
+        self._request("PUT", key, partial(self._client.put_object, Bucket=self.bucket, Key=key, Body=data))
+        with self._lock:
+            self._used += len(data)
+
+    def flush(self) -> None:
+        """Nothing to do: a PUT that returned is durable."""
+
+    def delete(self, block_id: int) -> None:
+        key = self._key(block_id)
+        self._request("DELETE", key, partial(self._client.delete_object, Bucket=self.bucket, Key=key))
+
+    def contains(self, block_id: int) -> bool:
+        key = self._key(block_id)
+
+        def head() -> bool:
+            self._client.head_object(Bucket=self.bucket, Key=key)  # never ?versionId=null (DESIGN 8)
+            return True
+
+        return self._request("HEAD", key, _missing_is(False, head))
+
+    def used(self) -> int:
+        """Bytes this process has uploaded. A bucket cannot be asked its size cheaply, and a
+        DELETE does not say how big the object was; the metadata's usage counters are the
+        volume's real figure."""
+        return self._used
+
+    def block_ids(self) -> list[int]:
+        """Every block object under the prefix (one LIST request per 1,000), for fsck and gc."""
+        ids: list[int] = []
+        page_args: dict[str, str] = {}
+        while True:
+            page = self._request("LIST", "", partial(
+                self._client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, **page_args,
+            ))
+            for entry in page.get("Contents", ()):
+                match = _OBJECT_KEY.fullmatch(entry["Key"][len(self.prefix):])
+                if match:
+                    ids.append(int(match.group(1), 16))
+            if not page.get("IsTruncated"):
+                return ids
+            page_args = {"ContinuationToken": page["NextContinuationToken"]}
+
+    # -- requests ------------------------------------------------------------
+
+    def _key(self, block_id: int) -> str:
+        return self.prefix + object_name(block_id)
+
+    def _get(self, key: str, **extra: str) -> bytes | None:
+        def fetch() -> bytes:
+            response = self._client.get_object(Bucket=self.bucket, Key=key, **extra)
+            return response["Body"].read()  # inside the attempt: a cut-off body is retried
+
+        return self._request("GET", key, _missing_is(None, fetch))
+
+    def _request(self, op: str, key: str, request: Callable[[], T]) -> T:
+        """Run one operation with retries; every failure becomes an S3Error naming the object."""
+        where = f"{op} s3://{self.bucket}/{key}"
+        try:
+            return self._retrier.call(request)
+        except CircuitOpen as exc:
+            raise S3Unavailable(f"{where}: S3 {exc}") from None
+        except (BotoCoreError, ClientError) as exc:
+            code = error_code(exc) if isinstance(exc, ClientError) else ""
+            tries = f" (gave up after {self._retrier.retries + 1} attempts)" if is_transient(exc) else ""
+            raise S3Error(f"{where} failed{tries}: {exc}", code) from exc
+
+    # -- the volume marker -----------------------------------------------------
+
+    def _claim(self, ours: VolumeMarker, settings: S3Settings) -> None:
+        """Check the prefix's volume marker, writing it on first use (see s3_marker)."""
+        endpoint = settings.endpoint or "AWS S3"
+        key = self.prefix + MARKER_NAME
+        try:
+            raw = self._get(key)
+        except S3Error as exc:
+            if exc.code != "NoSuchBucket":
+                raise
+            if not settings.create_bucket:
+                raise S3SetupError(
+                    f"bucket {self.bucket!r} does not exist at {endpoint}; create it "
+                    f"(for example: aws s3 mb s3://{self.bucket}) or set create_bucket = true "
+                    "in the s3 tier of the config"
+                ) from None
+            self._create_bucket(settings.region)
+            raw = None
+        if raw is None:
+            raw = self._write_marker(key, ours)
+        where = f"s3://{self.bucket}/{self.prefix} at {endpoint}"
+        VolumeMarker.parse(raw, where).check_owner(ours, where)
+
+    def _write_marker(self, key: str, ours: VolumeMarker) -> bytes:
+        """Create the marker unless another mount just did (a conditional PUT); returns the
+        marker now in place, which is the other mount's if it won the race."""
+        body = ours.dump()
+        try:
+            self._request("PUT", key, partial(
+                self._client.put_object, Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*",
+            ))
+        except S3Error as exc:
+            if exc.code != "PreconditionFailed":
+                raise
+            return self._get(key) or b""
+        return body
+
+    def _create_bucket(self, region: str) -> None:
+        where = {} if region == "us-east-1" else {
+            "CreateBucketConfiguration": {"LocationConstraint": region},
+        }
+        try:
+            self._request("CREATE", "", partial(self._client.create_bucket, Bucket=self.bucket, **where))
+        except S3Error as exc:
+            if exc.code != "BucketAlreadyOwnedByYou":
+                raise
+
+
+def _missing_is(default: T, request: Callable[[], T]) -> Callable[[], T]:
+    """`request`, answering `default` when S3 says the object does not exist."""
+
+    def call() -> T:
+        try:
+            return request()
+        except ClientError as exc:
+            if error_code(exc) in _MISSING:
+                return default
+            raise
+
+    return call

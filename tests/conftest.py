@@ -1,0 +1,352 @@
+"""Fixtures that mount a fresh aifs volume with FUSE (or, with
+``AIFS_TEST_TARGET=local``, hand out a plain local directory instead so the tests
+themselves can be checked against a real kernel filesystem).
+
+* ``vol``       session-scoped Volume: ``.path``, ``.state_dir``, ``.config``,
+                ``mount()``, ``umount()``, ``remount()``, ``kill9()``.
+* ``d``         a fresh empty directory on ``vol`` for one test.
+* ``local_dir`` a fresh plain directory on the local disk.
+* ``make_volume`` a factory for extra, private volumes (crash tests).
+
+Every mount made here is unmounted at teardown, also when a test failed, and a
+watchdog aborts the FUSE connection of a test that hangs longer than
+``AIFS_TEST_TIMEOUT`` seconds (default 180) so that a bug in the daemon fails one
+test instead of freezing the run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET = os.environ.get("AIFS_TEST_TARGET", "aifs")
+TIMEOUT = float(os.environ.get("AIFS_TEST_TIMEOUT", "180"))
+MOUNT_TIMEOUT = 90
+
+CONFIG_TEMPLATE = """\
+[volume]
+state_dir = "{state_dir}"
+
+[[tiers]]
+kind = "ram"
+capacity = "256MiB"
+
+[[tiers]]
+kind = "nvme"
+capacity = "4GiB"
+
+[[tiers]]
+kind = "objstore"
+"""
+
+_live_volumes: list["Volume"] = []
+
+
+def aifs_cli(*args: str, timeout: float = MOUNT_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run ``python3 -m aifs ARGS`` from the repository root."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "aifs", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _describe(cp: subprocess.CompletedProcess) -> str:
+    return f"exit {cp.returncode}\nstdout:\n{cp.stdout[-4000:]}\nstderr:\n{cp.stderr[-4000:]}"
+
+
+def _mounted(path: Path) -> bool:
+    target = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+class Volume:
+    """One aifs volume: a config, a state directory and a mountpoint."""
+
+    is_mount = True
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.state_dir = base / "state"
+        self.config = base / "aifs.toml"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(CONFIG_TEMPLATE.format(state_dir=self.state_dir))
+        # Outside pytest's 0700 temp tree so that other users can reach the mount.
+        self.path = Path(tempfile.mkdtemp(prefix="aifs-mnt-"))
+        os.chmod(self.path, 0o755)
+        self.st_dev: int | None = None
+        _live_volumes.append(self)
+
+    # -- mounting ------------------------------------------------------------
+    def mount(self) -> None:
+        cp = aifs_cli("mount", "-c", str(self.config), "--background", str(self.path))
+        if cp.returncode != 0 or not _mounted(self.path):
+            self._force_unmount()
+            raise RuntimeError(f"aifs mount {self.path} failed: {_describe(cp)}")
+        self.st_dev = os.stat(self.path).st_dev
+
+    def umount(self) -> None:
+        cp = aifs_cli("umount", str(self.path))
+        if cp.returncode != 0 or _mounted(self.path):
+            self._force_unmount()
+            raise RuntimeError(f"aifs umount {self.path} failed: {_describe(cp)}")
+        self._wait_daemons_gone(timeout=30)
+        self.st_dev = None
+
+    def remount(self) -> None:
+        self.umount()
+        self.mount()
+
+    # -- the daemon ------------------------------------------------------------
+    def daemon_pids(self) -> list[int]:
+        """Pids of the aifs processes serving this mountpoint."""
+        pids: set[int] = set()
+        pidfile = self.state_dir / "aifs.pid"
+        if pidfile.exists():
+            try:
+                pid = int(pidfile.read_text().split()[0])
+                if Path(f"/proc/{pid}").exists():
+                    pids.add(pid)
+            except (ValueError, IndexError, OSError):
+                pass
+        mnt = {str(self.path), os.path.realpath(self.path)}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if (mnt & set(argv) and "aifs" in " ".join(argv) and "umount" not in argv
+                    and not os.path.basename(argv[0]).startswith("fusermount")):
+                pids.add(int(proc.name))
+        return sorted(pids)
+
+    def _wait_daemons_gone(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.daemon_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def kill9(self) -> list[int]:
+        """SIGKILL the daemon(s) of this mount, then clear the dead mount."""
+        pids = self.daemon_pids()
+        if not pids:
+            raise RuntimeError(f"no aifs daemon found for {self.path}")
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._wait_daemons_gone(timeout=30)
+        subprocess.run(["fusermount3", "-u", "-z", str(self.path)], capture_output=True)
+        self.st_dev = None
+        return pids
+
+    def abort_connection(self) -> None:
+        """Fail every pending and future request of this mount (watchdog)."""
+        if self.st_dev is None:
+            return
+        abort = Path(f"/sys/fs/fuse/connections/{os.minor(self.st_dev)}/abort")
+        try:
+            abort.write_text("1")
+        except OSError:
+            pass
+
+    def healthy(self) -> bool:
+        if not _mounted(self.path):
+            return False
+        try:
+            os.stat(self.path)
+            os.listdir(self.path)
+        except OSError:
+            return False
+        return True
+
+    def ensure_mounted(self) -> None:
+        """Bring a dead or missing mount back (after a watchdog abort or a crash test)."""
+        if self.healthy():
+            return
+        self._force_unmount()
+        self.mount()
+
+    def _force_unmount(self) -> None:
+        for pid in self.daemon_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._wait_daemons_gone(timeout=10)
+        if _mounted(self.path):
+            subprocess.run(["fusermount3", "-u", "-z", str(self.path)], capture_output=True)
+        self.st_dev = None
+
+    def close(self) -> None:
+        """Unmount at teardown, whatever state the mount is in."""
+        try:
+            if _mounted(self.path):
+                if self.healthy():
+                    try:
+                        self.umount()
+                    except Exception:  # noqa: BLE001 - fall back to force
+                        self._force_unmount()
+                else:
+                    self._force_unmount()
+            else:
+                self._force_unmount()
+        finally:
+            if self in _live_volumes:
+                _live_volumes.remove(self)
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+class LocalVolume:
+    """Stand-in for a Volume on a plain local directory (AIFS_TEST_TARGET=local)."""
+
+    is_mount = False
+    st_dev = None
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.state_dir = base / "state"
+        self.config = base / "aifs.toml"
+        self.path = Path(tempfile.mkdtemp(prefix="aifs-local-"))
+        os.chmod(self.path, 0o755)
+
+    def _skip(self, *_a, **_k):
+        pytest.skip("needs a real aifs mount (AIFS_TEST_TARGET=local)")
+
+    mount = umount = remount = kill9 = _skip
+
+    def ensure_mounted(self) -> None:
+        pass
+
+    def abort_connection(self) -> None:
+        pass
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _cleanup_at_exit() -> None:
+    for v in list(_live_volumes):
+        try:
+            v.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+atexit.register(_cleanup_at_exit)
+
+
+def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timeout_s(seconds): watchdog budget for one test")
+    config.addinivalue_line("markers", "needs_mount: test needs a real aifs mount")
+    if threading.current_thread() is threading.main_thread():
+        # so that teardown (unmount) runs when the run is terminated
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    os.umask(0o022)
+
+
+def _new_volume(base: Path):
+    if TARGET == "local":
+        return LocalVolume(base)
+    v = Volume(base)
+    v.mount()
+    return v
+
+
+@pytest.fixture(scope="session")
+def make_volume(tmp_path_factory):
+    """Factory for extra volumes; all of them are closed at session end."""
+    made = []
+
+    def make(name: str = "vol"):
+        v = _new_volume(tmp_path_factory.mktemp(name))
+        made.append(v)
+        return v
+
+    yield make
+    for v in made:
+        v.close()
+
+
+@pytest.fixture(scope="session")
+def vol(make_volume):
+    return make_volume("main")
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def watchdog(request):
+    """Abort the FUSE connection(s) if this test runs past its time budget."""
+    marker = request.node.get_closest_marker("timeout_s")
+    budget = float(marker.args[0]) if marker else TIMEOUT
+    fired = []
+    vols = [v for v in _live_volumes]
+
+    def fire():
+        fired.append(True)
+        sys.stderr.write(f"\nWATCHDOG: {request.node.nodeid} exceeded {budget}s; "
+                         "aborting FUSE connections\n")
+        for v in vols:
+            v.abort_connection()
+
+    timer = threading.Timer(budget, fire)
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()
+    if fired:
+        pytest.fail(f"test hung for more than {budget}s; FUSE connection aborted")
+
+
+@pytest.fixture
+def d(vol, request, watchdog):
+    """A fresh, empty directory on the volume under test."""
+    vol.ensure_mounted()
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60]
+    p = vol.path / f"{next(_counter):04d}-{name}"
+    os.mkdir(p)
+    os.chmod(p, 0o755)
+    return p
+
+
+@pytest.fixture
+def local_dir(tmp_path):
+    p = tmp_path / "local"
+    p.mkdir()
+    return p
+
+
+@pytest.fixture
+def mounted(vol):
+    """The volume, skipping the test when it is not a real mount."""
+    if not vol.is_mount:
+        pytest.skip("needs a real aifs mount (AIFS_TEST_TARGET=local)")
+    return vol

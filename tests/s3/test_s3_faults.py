@@ -1,0 +1,87 @@
+"""S3 going away under the tier: every call fails with EIO within a bounded time, the
+circuit breaker opens and fails calls fast, and the tier recovers once S3 is back."""
+
+import errno
+import time
+
+import pytest
+
+from aifs.tiers.s3 import S3Error, S3Tier, S3Unavailable
+
+from .conftest import MotoServer, new_volume, s3_settings
+
+COOLDOWN_S = 1.0
+
+
+def timed(fn, *args):
+    """(exception raised, seconds taken); the call must fail."""
+    start = time.monotonic()
+    with pytest.raises(OSError) as info:
+        fn(*args)
+    return info.value, time.monotonic() - start
+
+
+def open_tier(server: MotoServer, **keys) -> S3Tier:
+    bucket = server.create_bucket()
+    settings = s3_settings(server, bucket, breaker_cooldown=COOLDOWN_S, **keys)
+    return S3Tier(settings, 1 << 50, new_volume())
+
+
+def wait_for_probe() -> None:
+    time.sleep(COOLDOWN_S + 0.05)
+
+
+def test_killed_server_fails_in_bounded_time_then_recovers(private_moto):
+    tier = open_tier(private_moto, retries=3, breaker_failures=3)
+    tier.put(1, b"before")
+    private_moto.stop()
+
+    error, took = timed(tier.put, 2, b"during")
+    assert error.errno == errno.EIO and took < 5  # 3 refused attempts, backoff under 0.7 s
+    assert f"PUT s3://{tier.bucket}/02/0000000000000002" in str(error)
+    assert "Could not connect" in str(error)
+    assert tier.breaker.state == "open"
+
+    error, took = timed(tier.get, 1)  # fails fast: nothing is sent while the breaker is open
+    assert isinstance(error, S3Unavailable) and error.errno == errno.EIO and took < 0.1
+    assert "next probe in" in str(error) and "Could not connect" in str(error)
+    error, _ = timed(tier.contains, 1)
+    assert isinstance(error, S3Unavailable)
+
+    private_moto.start()  # same port; moto starts empty, so bring the bucket back
+    private_moto.client().create_bucket(Bucket=tier.bucket)
+    assert isinstance(timed(tier.put, 2, b"during")[0], S3Unavailable)  # still cooling down
+    wait_for_probe()
+    tier.put(2, b"after")  # the probe succeeds and closes the breaker
+    assert tier.breaker.state == "closed"
+    assert tier.get(2) == b"after"
+    assert tier.get(1) is None  # moto lost it with the process; S3 itself would not
+
+
+def test_failed_probe_keeps_the_breaker_open(private_moto):
+    tier = open_tier(private_moto, retries=0, breaker_failures=1)
+    private_moto.stop()
+    timed(tier.get, 1)
+    assert tier.breaker.state == "open"
+    wait_for_probe()
+    error, _ = timed(tier.get, 1)  # the probe: one real attempt, refused
+    assert isinstance(error, S3Error) and not isinstance(error, S3Unavailable)
+    assert tier.breaker.state == "open"
+    assert isinstance(timed(tier.get, 1)[0], S3Unavailable)
+
+
+def test_frozen_server_times_out_instead_of_hanging(private_moto):
+    tier = open_tier(private_moto, retries=1, breaker_failures=2, read_timeout=1.0)
+    tier.put(1, b"x" * 1000)
+    private_moto.freeze()  # accepts connections, never answers
+    try:
+        error, took = timed(tier.get, 1)
+        assert error.errno == errno.EIO and took < 4  # two 1 s timeouts and one short backoff
+        assert "timeout" in str(error).lower()
+        assert tier.breaker.state == "open"
+        assert timed(tier.put, 2, b"y")[1] < 0.1
+    finally:
+        private_moto.thaw()
+    wait_for_probe()
+    assert tier.get(1) == b"x" * 1000
+    assert tier.breaker.state == "closed"

@@ -1,0 +1,131 @@
+"""S3Tier against a real S3 endpoint (moto's server, over HTTP): the tier protocol, the
+object layout, the volume marker and the errors a misconfigured bucket gives."""
+
+import errno
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from aifs.tiers.protocol import object_name
+from aifs.tiers.s3 import S3Error, S3Tier
+from aifs.tiers.s3_marker import MARKER_NAME, S3SetupError
+
+from .conftest import new_volume, s3_settings
+
+MiB = 1 << 20
+
+
+def test_put_get_contains_delete_round_trip(open_tier, moto_server, bucket):
+    tier = open_tier()
+    blocks = {1: os.urandom(4 * MiB), 0x1FF: os.urandom(1000), 1 << 40: b"x"}
+    for block_id, data in blocks.items():
+        tier.put(block_id, data)
+    for block_id, data in blocks.items():
+        assert tier.contains(block_id)
+        assert tier.get(block_id) == data
+    assert tier.get(2) is None and not tier.contains(2)
+    assert tier.used() == sum(map(len, blocks.values()))
+    # layout: <prefix><low byte>/<16 hex digits>, read back by a client of its own
+    raw = moto_server.client().get_object(Bucket=bucket, Key="ff/00000000000001ff")
+    assert raw["Body"].read() == blocks[0x1FF]
+    tier.delete(0x1FF)
+    tier.delete(0x1FF)  # deleting what is gone is not an error
+    assert not tier.contains(0x1FF) and tier.get(0x1FF) is None
+    assert tier.get(1) == blocks[1]
+
+
+def test_put_of_a_block_id_again_replaces_it(open_tier):
+    tier = open_tier()
+    tier.put(7, b"first")
+    tier.put(7, b"second")  # an upload retried after a crash rewrites the whole object
+    assert tier.get(7) == b"second"
+
+
+def test_get_range(open_tier):
+    tier = open_tier()
+    data = os.urandom(MiB)
+    tier.put(5, data)
+    assert tier.get_range(5, 0, 10) == data[:10]
+    assert tier.get_range(5, 123_456, 65_536) == data[123_456:123_456 + 65_536]
+    assert tier.get_range(5, MiB - 5, 100) == data[-5:]  # short at the object's end
+    assert tier.get_range(6, 0, 10) is None
+    with pytest.raises(ValueError):
+        tier.get_range(5, 0, 0)
+
+
+def test_block_ids_lists_only_this_prefix_across_pages(moto_server, bucket):
+    tier = S3Tier(s3_settings(moto_server, bucket, prefix="vol/a/"), 1 << 50, new_volume())
+    ids = set(range(1, 1006))  # more than one LIST page (1,000 keys)
+    client = moto_server.client()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: client.put_object(Bucket=bucket, Key="vol/a/" + object_name(i), Body=b"b"), ids))
+    for stray in ("vol/a/readme.txt", "vol/a/zz/0000000000000001", "vol/b/01/0000000000000001", "01/0000000000000001"):
+        client.put_object(Bucket=bucket, Key=stray, Body=b"not a block")
+    assert sorted(tier.block_ids()) == sorted(ids)
+
+
+def test_fresh_prefix_gets_a_marker_and_reopening_it_is_fine(open_tier, moto_server, bucket):
+    volume = new_volume(block_size=MiB)
+    open_tier(volume, prefix="p/")
+    raw = moto_server.client().get_object(Bucket=bucket, Key="p/" + MARKER_NAME)["Body"].read()
+    assert json.loads(raw) == {"uuid": volume.uuid, "block_size": MiB, "format": 1}
+    open_tier(volume, prefix="p/").put(1, b"again")
+
+
+def test_another_volume_on_the_same_prefix_is_refused(open_tier, bucket):
+    first, second = new_volume(), new_volume()
+    open_tier(first, prefix="train/")
+    with pytest.raises(S3SetupError) as info:
+        open_tier(second, prefix="train/")
+    message = str(info.value)
+    assert f"s3://{bucket}/train/" in message
+    assert "belongs to another aifs volume" in message
+    assert first.uuid in message and second.uuid in message
+    open_tier(second, prefix="other/")  # a different prefix of the same bucket is fine
+    open_tier(second)  # and so is the bucket's root
+
+
+def test_a_foreign_marker_is_refused(open_tier, moto_server, bucket):
+    moto_server.client().put_object(Bucket=bucket, Key=MARKER_NAME, Body=b"<html>")
+    with pytest.raises(S3SetupError, match="not a valid aifs volume marker"):
+        open_tier()
+
+
+def test_missing_bucket_is_a_clear_error(moto_server):
+    settings = s3_settings(moto_server, "no-such-bucket")
+    with pytest.raises(S3SetupError) as info:
+        S3Tier(settings, 1 << 50, new_volume())
+    message = str(info.value)
+    assert "bucket 'no-such-bucket' does not exist" in message and moto_server.endpoint in message
+    assert "create_bucket = true" in message
+    with pytest.raises(Exception):
+        moto_server.client().head_bucket(Bucket="no-such-bucket")  # nothing was created
+
+
+def test_create_bucket_when_asked(moto_server):
+    settings = s3_settings(moto_server, "made-by-aifs", create_bucket=True)
+    S3Tier(settings, 1 << 50, new_volume()).put(3, b"data")
+    body = moto_server.client().get_object(Bucket="made-by-aifs", Key=object_name(3))["Body"].read()
+    assert body == b"data"
+
+
+def test_http_endpoint_ignores_a_broken_ca_bundle(open_tier, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "missing.pem"))
+    tier = open_tier()
+    tier.put(9, b"plain http")
+    assert tier.get(9) == b"plain http"
+
+
+def test_a_bucket_deleted_under_the_tier_gives_eio_at_once(open_tier, moto_server, bucket):
+    tier = open_tier()
+    client = moto_server.client()
+    client.delete_object(Bucket=bucket, Key=MARKER_NAME)
+    client.delete_bucket(Bucket=bucket)
+    with pytest.raises(S3Error) as info:
+        tier.put(0x42, b"lost?")  # a final answer: not retried, and never a silent success
+    assert info.value.errno == errno.EIO and info.value.code == "NoSuchBucket"
+    assert f"PUT s3://{bucket}/42/0000000000000042 failed" in str(info.value)
+    assert "gave up" not in str(info.value)
+    assert tier.breaker.state == "closed"  # S3 answered: it is up
