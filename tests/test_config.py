@@ -183,7 +183,7 @@ def test_example_config_shows_every_key():
             shown = re.search(rf"^(\[+{name}\]+$|(# )?{name} = )", text, re.M)
             assert shown, f"{model.__name__}.{name} is missing from {EXAMPLE.name}"
             models += [m for m in models_in(field.annotation) if m not in seen + models]
-    assert len(seen) == 9  # Config, volume, meta, three tier kinds, fuse, logging, rule
+    assert len(seen) == 10  # Config, volume, meta, four tier kinds, fuse, logging, rule
 
 
 # --- one clear message per mistake -------------------------------------------------------
@@ -426,7 +426,7 @@ def test_cli_check_bad_file_exits_2_with_message_on_stderr(tmp_path):
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.strip() == (
-        f"{path}: tiers[1].capacity = '12XB': "
+        f"aifs: {path}: tiers[1].capacity = '12XB': "
         "not a size; use bytes or a string like '8GiB', or 'auto'"
     )
 

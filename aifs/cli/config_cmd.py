@@ -1,23 +1,16 @@
 """`aifs config check|show`: find config mistakes before a mount does."""
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from pydantic import ByteSize
 
-from aifs.config import Config, ConfigError, format_size, load_config
+from aifs.cli.common import load_or_exit, state_dir_option
+from aifs.config import Config, format_size
 
 _SIZE_KEYS = frozenset({"block_size", "capacity"})
-
-state_dir_option = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Override volume.state_dir, as the mount command's flag does.",
-)
-
 
 @click.group()
 def config() -> None:
@@ -33,7 +26,7 @@ def check(file: Path, state_dir: Path | None) -> None:
     Prints a one-line summary and exits 0, or prints the problem (key, value, what is
     allowed) to stderr and exits 2.
     """
-    cfg = _load_or_exit(file, state_dir)
+    cfg = load_or_exit(file, state_dir)
     click.echo(f"{file}: ok: {summary(cfg)}")
 
 
@@ -47,7 +40,7 @@ def show(file: Path | None, state_dir: Path | None, as_json: bool) -> None:
     FILE defaults to the built-in config. Defaults are filled in and auto capacities,
     tier paths and the log file are resolved.
     """
-    cfg = _load_or_exit(file, state_dir)
+    cfg = load_or_exit(file, state_dir)
     data = effective(cfg)
     click.echo(json.dumps(data, indent=2) if as_json else _toml(data, cfg))
 
@@ -78,14 +71,6 @@ def effective(cfg: Config) -> dict[str, Any]:
     return data
 
 
-def _load_or_exit(file: Path | None, state_dir: Path | None) -> Config:
-    try:
-        return load_config(file, state_dir)
-    except ConfigError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(2)
-
-
 def _toml(data: dict[str, Any], cfg: Config) -> str:
     """TOML text of `data`; auto capacities are marked so they are not mistaken for settings."""
     lines = ["# effective aifs config: defaults filled in, auto capacities resolved"]
@@ -101,6 +86,7 @@ def _pairs(table: dict[str, Any], notes: dict[str, str]) -> list[str]:
     return [
         f"{key} = {_toml_value(key, value)}" + (f"  # {notes[key]}" if key in notes else "")
         for key, value in table.items()
+        if value is not None  # TOML has no null: an unset key is simply absent
     ]
 
 

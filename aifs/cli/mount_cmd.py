@@ -12,6 +12,7 @@ import click
 from aifs.cli.common import EXIT_USAGE, config_option, fail, load_or_exit, state_dir_option
 from aifs.config import Config
 from aifs.fuse.mountinfo import aifs_mount, find_mount
+from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.volume import VolumeBusy
 
 DAEMON_ENV = "AIFS_DAEMON"
@@ -37,7 +38,7 @@ def mount(config_path: Path | None, state_dir: Path | None, background: bool, mo
 
     try:
         serve(config, mountpoint)
-    except VolumeBusy as e:
+    except (VolumeBusy, S3SetupError) as e:
         fail(str(e))
 
 

@@ -2,8 +2,8 @@
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -351,7 +351,8 @@ def _check_tier_order(tiers: list[TierConfig]) -> None:
         raise _tiers_error(kinds, "no nvme tier; list exactly one, it is the write-back staging area")
     if not set(DURABLE_KINDS) & set(kinds):
         raise _tiers_error(
-            kinds, "no objstore tier and no s3 tier; list exactly one of them, it is the durable bottom",
+            kinds,
+            "no objstore tier and no s3 tier; list exactly one of them, it is the durable bottom",
         )
 
 

@@ -39,7 +39,7 @@ def run_fsck(config: Config, *, repair: bool = False, verify: bool = False,
     meta_dir = state_dir / "meta"
     if not (meta_dir / "CURRENT").exists():
         raise FsckError(f"no aifs volume in {state_dir}: {meta_dir} holds no metadata")
-    with _volume_lock(state_dir), _metadata(config, meta_dir) as meta, open_tiers(config) as (nvme, cold):
+    with _volume_lock(state_dir), _metadata(config, meta_dir) as meta, open_tiers(config, meta.volume) as (nvme, cold):
         return check_volume(Context(meta, nvme, cold, verify=verify), str(state_dir), repair, emit)
 
 

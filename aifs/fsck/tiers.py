@@ -6,8 +6,9 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from aifs.config import Config
+from aifs.tiers.factory import open_cold, open_nvme
 from aifs.tiers.nvme import NvmeTier
-from aifs.tiers.objstore import LocalObjectStore
+from aifs.tiers.protocol import ColdTier
 
 
 class HeldBlocks(Protocol):
@@ -23,12 +24,10 @@ class HeldBlocks(Protocol):
 
 
 @contextmanager
-def open_tiers(config: Config) -> Iterator[tuple[NvmeTier, LocalObjectStore]]:
-    """The NVMe staging tier and the object store of a volume (a config always has both)."""
-    by_kind = {tier.kind: tier for tier in config.tiers}
-    nvme_config, cold_config = by_kind["nvme"], by_kind["objstore"]
-    nvme = NvmeTier(config.tier_path(nvme_config), config.capacity_of(nvme_config))
+def open_tiers(config: Config, volume: dict) -> Iterator[tuple[NvmeTier, ColdTier]]:
+    """The NVMe staging tier and the durable bottom tier of a volume (a config always has both)."""
+    nvme = open_nvme(config)
     try:
-        yield nvme, LocalObjectStore(config.tier_path(cold_config), config.capacity_of(cold_config))
+        yield nvme, open_cold(config, volume)
     finally:
         nvme.close()

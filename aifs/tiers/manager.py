@@ -40,10 +40,13 @@ class _Flight:
 
 
 class TierManager:
-    def __init__(self, ram: RamTier, nvme: NvmeTier, cold: ColdTier, io_threads: int = 8) -> None:
+    def __init__(
+        self, ram: RamTier, nvme: NvmeTier, cold: ColdTier, io_threads: int = 8, cold_threads: int = 16,
+    ) -> None:
         self.ram, self.nvme, self.cold = ram, nvme, cold
         self.stats = {tier.name: TierStats() for tier in (ram, nvme, cold)}
         self._io_limiter = trio.CapacityLimiter(io_threads)
+        self._cold_limiter = trio.CapacityLimiter(cold_threads)
         self._flights: dict[int, _Flight] = {}
         self.last_stage = float("-inf")
 
@@ -52,9 +55,24 @@ class TierManager:
         return (self.ram, self.nvme, self.cold)
 
     async def _io(self, nbytes: int, fn: Callable[..., T], *args) -> T:
+        """Local I/O: small inline (a thread hop costs more), large on the I/O threads."""
         if nbytes <= INLINE_BYTES:
             return fn(*args)
         return await trio.to_thread.run_sync(fn, *args, limiter=self._io_limiter)
+
+    async def _cold_io(self, fn: Callable[..., T], *args) -> T:
+        """The cold tier may be a network away (S3): always off the event loop."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._cold_limiter)
+
+    async def _get(self, tier: Tier, block_id: int, length: int) -> bytes | None:
+        """A tier's copy, or None when it has none or cannot be reached (logged)."""
+        try:
+            if tier is self.cold:
+                return await self._cold_io(tier.get, block_id)
+            return await self._io(length, tier.get, block_id)
+        except OSError as e:
+            log.error("reading block %016x from tier %s failed: %s", block_id, tier.name, e)
+            return None
 
     # -- reads -------------------------------------------------------------
 
@@ -92,7 +110,7 @@ class TierManager:
 
     async def _fetch(self, block_id: int, expected: int, length: int) -> bytes:
         for tier in (self.nvme, self.cold):
-            data = await self._io(length, tier.get, block_id)
+            data = await self._get(tier, block_id, length)
             if data is None:
                 continue
             if checksum(data) != expected:
@@ -134,14 +152,16 @@ class TierManager:
             raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
         if checksum(data) != expected:
             raise FsError(errno.EIO, str(CorruptBlock(block_id, self.nvme.name)))
-        await trio.to_thread.run_sync(self.cold.put, block_id, data, limiter=self._io_limiter)
+        await self._cold_io(self.cold.put, block_id, data)
 
     async def uploads_durable(self, block_ids: list[int]) -> None:
         """Make uploaded blocks durable in the cold tier; from then on NVMe may evict them."""
-        await trio.to_thread.run_sync(self.cold.flush, limiter=self._io_limiter)
+        await self._cold_io(self.cold.flush)
         for block_id in block_ids:
             self.nvme.mark_clean(block_id)
 
     async def delete(self, block_id: int) -> None:
-        for tier in self.tiers:
-            await self._io(0, tier.delete, block_id)
+        """Drop a retired block everywhere; raises OSError when the cold tier cannot be reached."""
+        self.ram.delete(block_id)
+        self.nvme.delete(block_id)
+        await self._cold_io(self.cold.delete, block_id)

@@ -74,7 +74,9 @@ class S3Tier:
 
     def put(self, block_id: int, data: bytes) -> None:
         key = self._key(block_id)
-        self._request("PUT", key, partial(self._client.put_object, Bucket=self.bucket, Key=key, Body=data))
+        self._request("PUT", key, partial(
+            self._client.put_object, Bucket=self.bucket, Key=key, Body=data,
+        ))
         with self._lock:
             self._used += len(data)
 
@@ -105,7 +107,7 @@ class S3Tier:
         ids: list[int] = []
         page_args: dict[str, str] = {}
         while True:
-            page = self._request("LIST", "", partial(
+            page = self._request("LIST", self.prefix, partial(
                 self._client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, **page_args,
             ))
             for entry in page.get("Contents", ()):
@@ -137,7 +139,8 @@ class S3Tier:
             raise S3Unavailable(f"{where}: S3 {exc}") from None
         except (BotoCoreError, ClientError) as exc:
             code = error_code(exc) if isinstance(exc, ClientError) else ""
-            tries = f" (gave up after {self._retrier.retries + 1} attempts)" if is_transient(exc) else ""
+            attempts = self._retrier.retries + 1
+            tries = f" (gave up after {attempts} attempts)" if is_transient(exc) else ""
             raise S3Error(f"{where} failed{tries}: {exc}", code) from exc
 
     # -- the volume marker -----------------------------------------------------
@@ -183,7 +186,9 @@ class S3Tier:
             "CreateBucketConfiguration": {"LocationConstraint": region},
         }
         try:
-            self._request("CREATE", "", partial(self._client.create_bucket, Bucket=self.bucket, **where))
+            self._request("CREATE", "", partial(
+                self._client.create_bucket, Bucket=self.bucket, **where,
+            ))
         except S3Error as exc:
             if exc.code != "BucketAlreadyOwnedByYou":
                 raise

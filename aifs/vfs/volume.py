@@ -9,14 +9,9 @@ from pathlib import Path
 import trio
 
 from aifs.config import Config
-from aifs.config.models import S3Tier as S3TierConfig
 from aifs.meta import Inode, MetaEngine
-from aifs.tiers.manager import TierManager
-from aifs.tiers.nvme import NvmeTier
+from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.objstore import LocalObjectStore
-from aifs.tiers.ram import RamTier
-from aifs.tiers.s3 import S3Tier
-from aifs.tiers.s3_marker import VolumeMarker
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
 from aifs.vfs.openfile import OpenFile, OpenFiles
@@ -56,7 +51,7 @@ class Volume:
         self._lock_fd = lock_state_dir(self.state_dir)
         self.meta = MetaEngine.open(self.state_dir / "meta", config.meta.shards, config.volume.block_size)
         self._check_block_size()
-        self.tiers = self._open_tiers()
+        self.tiers = open_tier_manager(config, self.meta.volume)
         self.files = OpenFiles()
         self.uploader = Uploader(self.meta, self.tiers)
         self.data = FileData(self.meta, self.tiers, self.uploader.enqueue)
@@ -70,20 +65,6 @@ class Volume:
                 "volume.block_size = %d in the config, but this volume was formatted with %d; using %d",
                 self.config.volume.block_size, self.meta.block_size, self.meta.block_size,
             )
-
-    def _open_tiers(self) -> TierManager:
-        """The config's tiers; the bottom one is the local object store or an S3 bucket,
-        which is checked to belong to this volume (opened before the tiers for this)."""
-        by_kind = {tier.kind: tier for tier in self.config.tiers}
-        capacity = {kind: self.config.capacity_of(tier) for kind, tier in by_kind.items()}
-        ram = RamTier(capacity.get("ram", 0))
-        nvme = NvmeTier(self.config.tier_path(by_kind["nvme"]), capacity["nvme"])
-        bottom = self.config.tiers[-1]
-        if isinstance(bottom, S3TierConfig):
-            cold = S3Tier(bottom, capacity["s3"], VolumeMarker.from_dict(self.meta.volume))
-        else:
-            cold = LocalObjectStore(self.config.tier_path(bottom), capacity["objstore"])
-        return TierManager(ram, nvme, cold)
 
     def _recover(self) -> None:
         """Resume what a crash interrupted: dirty blocks stay pinned, orphans are freed."""

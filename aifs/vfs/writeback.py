@@ -110,8 +110,14 @@ class GarbageCollector:
             await trio.sleep(GC_PERIOD_S)
 
     async def collect(self) -> int:
-        due = self.meta.garbage_due()
-        for block_id in due:
-            await self.tiers.delete(block_id)
-        self.meta.garbage_done(due)
-        return len(due)
+        """Delete what is due; blocks the cold tier cannot delete now stay queued for the next round."""
+        deleted = []
+        for block_id in self.meta.garbage_due():
+            try:
+                await self.tiers.delete(block_id)
+            except OSError as e:
+                log.warning("deleting retired block %016x failed: %s; will retry", block_id, e)
+                break
+            deleted.append(block_id)
+        self.meta.garbage_done(deleted)
+        return len(deleted)

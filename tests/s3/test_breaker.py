@@ -17,7 +17,8 @@ class FakeClock:
 
 
 def client_error(code: str, status: int) -> ClientError:
-    return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+    response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(response, "GetObject")
 
 
 REFUSED = EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
@@ -40,7 +41,8 @@ def test_opens_after_threshold_consecutive_failures(clock):
     assert breaker.state == "closed"
     fail(breaker, 1)
     assert breaker.state == "open"
-    with pytest.raises(CircuitOpen, match=r"after 3 failed requests .*next probe in 10\.0 s.*connection refused"):
+    expected = r"after 3 failed requests .*next probe in 10\.0 s.*connection refused"
+    with pytest.raises(CircuitOpen, match=expected):
         breaker.admit()
 
 
@@ -95,7 +97,8 @@ def test_transient_and_final_errors():
 
 
 def test_backoff_grows_exponentially_with_full_jitter_and_a_cap():
-    assert [backoff(n, rand=lambda: 1.0) for n in range(3)] == [BASE_DELAY_S, 2 * BASE_DELAY_S, 4 * BASE_DELAY_S]
+    ceilings = [backoff(n, rand=lambda: 1.0) for n in range(3)]
+    assert ceilings == [BASE_DELAY_S, 2 * BASE_DELAY_S, 4 * BASE_DELAY_S]
     assert backoff(30, rand=lambda: 1.0) == MAX_DELAY_S
     assert backoff(5, rand=lambda: 0.0) == 0.0
 

@@ -9,8 +9,9 @@ NVME = '[[tiers]]\nkind = "nvme"\n'
 
 
 def s3_table(**keys: object) -> str:
-    lines = [f"{key} = {value}\n" for key, value in {"kind": '"s3"', "bucket": '"train"', **keys}.items()]
-    return "[[tiers]]\n" + "".join(lines)
+    """One s3 [[tiers]] table; values are TOML text."""
+    keys = {"kind": '"s3"', "bucket": '"train"', **keys}
+    return "[[tiers]]\n" + "".join(f"{key} = {value}\n" for key, value in keys.items())
 
 
 def load(tmp_path, text: str):
@@ -49,7 +50,8 @@ def test_every_key_set(tmp_path):
     assert (s3.prefix, s3.region, s3.addressing) == ("volumes/train/", "eu-west-1", "virtual")
     assert (s3.access_key, s3.secret_key.get_secret_value()) == ("AK", "SK")
     assert (s3.max_connections, s3.connect_timeout, s3.read_timeout, s3.retries) == (64, 1.0, 2.5, 0)
-    assert (s3.verify_tls, s3.create_bucket, s3.breaker_failures, s3.breaker_cooldown) == (False, True, 3, 0.5)
+    assert (s3.verify_tls, s3.create_bucket) == (False, True)
+    assert (s3.breaker_failures, s3.breaker_cooldown) == (3, 0.5)
     assert cfg.capacity_of(s3) == 100 << 40
 
 
@@ -75,7 +77,8 @@ BAD = {
     ),
     "endpoint with a path": (
         NVME + s3_table(endpoint='"http://host/bucket"'),
-        "tiers[1].endpoint = 'http://host/bucket': must be an http:// or https:// URL with a host and no path",
+        "tiers[1].endpoint = 'http://host/bucket': must be an http:// or https:// URL "
+        "with a host and no path",
     ),
     "prefix without trailing slash": (
         NVME + s3_table(prefix='"volumes/train"'),
@@ -91,7 +94,8 @@ BAD = {
     ),
     "access key alone": (
         NVME + s3_table(access_key='"AK"'),
-        "tiers[1].access_key = 'AK': set without secret_key; set both, or neither to use the standard AWS chain",
+        "tiers[1].access_key = 'AK': set without secret_key; "
+        "set both, or neither to use the standard AWS chain",
     ),
     "secret key alone": (
         NVME + s3_table(secret_key='"SK"'),
@@ -113,7 +117,9 @@ BAD = {
         NVME + s3_table(connect_timeout=0),
         "tiers[1].connect_timeout = 0: must be greater than 0",
     ),
-    "negative retries": (NVME + s3_table(retries=-1), "tiers[1].retries = -1: must be greater than or equal to 0"),
+    "negative retries": (
+        NVME + s3_table(retries=-1), "tiers[1].retries = -1: must be greater than or equal to 0",
+    ),
     "verify_tls as a string": (
         NVME + s3_table(verify_tls='"no"'), "tiers[1].verify_tls = 'no': must be true or false",
     ),
@@ -129,7 +135,10 @@ BAD = {
         NVME + s3_table(path='"/tmp"'),
         "tiers[1].path = '/tmp': an s3 tier has no path; its blocks live under bucket and prefix",
     ),
-    "misspelt key": (NVME + s3_table(bucket_name='"x"'), "tiers[1].bucket_name = 'x': unknown key; did you mean 'bucket'?"),
+    "misspelt key": (
+        NVME + s3_table(bucket_name='"x"'),
+        "tiers[1].bucket_name = 'x': unknown key; did you mean 'bucket'?",
+    ),
     "both objstore and s3": (
         NVME + '[[tiers]]\nkind = "objstore"\n' + s3_table(),
         "tiers[2].kind = 's3': a second durable tier below the objstore tier at tiers[1]; "
@@ -140,8 +149,12 @@ BAD = {
         "tiers[1].kind = 'nvme': listed below the s3 tier at tiers[0]; "
         "tiers go top to bottom in the order ram, nvme, objstore (or s3)",
     ),
-    "no durable tier": (NVME, "tiers = ['nvme']: no objstore tier and no s3 tier; list exactly one of them"),
-    "unknown kind lists s3": ('[[tiers]]\nkind = "tape"\n', "use one of 'ram', 'nvme', 'objstore', 's3'"),
+    "no durable tier": (
+        NVME, "tiers = ['nvme']: no objstore tier and no s3 tier; list exactly one of them",
+    ),
+    "unknown kind lists s3": (
+        '[[tiers]]\nkind = "tape"\n', "use one of 'ram', 'nvme', 'objstore', 's3'",
+    ),
     "capacity below one block": (
         NVME + s3_table(capacity='"1MiB"'),
         "tiers[1].capacity = '1MiB': smaller than one block",

@@ -59,8 +59,8 @@ def block_keys(server: MotoServer, bucket: str) -> set[str]:
 
 def wait_for_blocks(server: MotoServer, bucket: str, count: int) -> None:
     deadline = time.monotonic() + UPLOAD_TIMEOUT_S
-    while len(block_keys(server, bucket)) < count:
-        assert time.monotonic() < deadline, f"only {len(block_keys(server, bucket))} of {count} blocks reached S3"
+    while (uploaded := len(block_keys(server, bucket))) < count:
+        assert time.monotonic() < deadline, f"only {uploaded} of {count} blocks reached S3"
         time.sleep(0.2)
 
 

@@ -59,10 +59,11 @@ def test_block_ids_lists_only_this_prefix_across_pages(moto_server, bucket):
     tier = S3Tier(s3_settings(moto_server, bucket, prefix="vol/a/"), 1 << 50, new_volume())
     ids = set(range(1, 1006))  # more than one LIST page (1,000 keys)
     client = moto_server.client()
+    keys = ["vol/a/" + object_name(i) for i in ids]
+    not_blocks_here = ["vol/a/readme.txt", "vol/a/zz/0000000000000001", "vol/b/01/0000000000000001"]
+    keys += not_blocks_here + [object_name(1)]
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: client.put_object(Bucket=bucket, Key="vol/a/" + object_name(i), Body=b"b"), ids))
-    for stray in ("vol/a/readme.txt", "vol/a/zz/0000000000000001", "vol/b/01/0000000000000001", "01/0000000000000001"):
-        client.put_object(Bucket=bucket, Key=stray, Body=b"not a block")
+        list(pool.map(lambda key: client.put_object(Bucket=bucket, Key=key, Body=b"b"), keys))
     assert sorted(tier.block_ids()) == sorted(ids)
 
 
