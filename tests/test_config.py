@@ -183,7 +183,7 @@ def test_example_config_shows_every_key():
             shown = re.search(rf"^(\[+{name}\]+$|(# )?{name} = )", text, re.M)
             assert shown, f"{model.__name__}.{name} is missing from {EXAMPLE.name}"
             models += [m for m in models_in(field.annotation) if m not in seen + models]
-    assert len(seen) == 10  # Config, volume, meta, four tier kinds, fuse, logging, rule
+    assert len(seen) == 11  # Config, volume, meta, four tier kinds, fuse, writeback, logging, rule
 
 
 # --- one clear message per mistake -------------------------------------------------------
@@ -194,7 +194,7 @@ BAD_INPUTS = {
         [
             "volum = {'name': 'x'}: unknown key",
             "did you mean 'volume'?",
-            "allowed here: volume, meta, tiers, fuse, logging, rules",
+            "allowed here: volume, meta, tiers, fuse, writeback, logging, rules",
         ],
     ),
     "unknown nested key": (

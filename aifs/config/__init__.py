@@ -5,6 +5,7 @@ from aifs.config.loader import default_config, load_config
 from aifs.config.models import (
     Config,
     FuseConfig,
+    WritebackConfig,
     LoggingConfig,
     MetaConfig,
     NvmeTier,
@@ -20,6 +21,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "FuseConfig",
+    "WritebackConfig",
     "LoggingConfig",
     "MetaConfig",
     "NvmeTier",

@@ -292,6 +292,18 @@ class FuseConfig(_Table):
     read_ahead_kb: int = Field(1024, ge=0, le=65536, strict=True)
 
 
+class WritebackConfig(_Table):
+    """How staged blocks move to the durable tier, and how long writers wait for room."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    upload_concurrency: int = Field(8, ge=1, le=256, strict=True)
+    upload_bandwidth: Size = 0
+    max_dirty: Capacity = None
+    dirty_wait: float = Field(60.0, ge=0, strict=True)
+    garbage_grace: float = Field(30.0, ge=0, strict=True)
+
+
 class LoggingConfig(_Table):
     level: Literal["debug", "info", "warning", "error"] = "info"
     file: AbsPath | None = None
@@ -376,6 +388,7 @@ class Config(_Table):
     meta: MetaConfig = Field(default_factory=MetaConfig)
     tiers: list[AnyTier] = Field(default_factory=_default_tiers)
     fuse: FuseConfig = Field(default_factory=FuseConfig)
+    writeback: WritebackConfig = Field(default_factory=WritebackConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     rules: list[Rule] = Field(default_factory=list)
 

@@ -14,7 +14,7 @@ from aifs.meta.attrs import BlockRef, Inode
 from aifs.meta.kv import Batch
 from aifs.meta.txn import Txn
 
-GARBAGE_GRACE_NS = 30 * 10**9
+DEFAULT_GRACE_NS = 30 * 10**9
 
 
 def queue_upload(batch: Batch, ref: BlockRef) -> None:
@@ -23,7 +23,7 @@ def queue_upload(batch: Batch, ref: BlockRef) -> None:
 
 
 class BlockMapOps:
-    """Mixed into MetaEngine; needs `kv`, `usage` and `block_size`."""
+    """Mixed into MetaEngine; needs `kv`, `usage`, `block_size` and `garbage_grace_ns`."""
 
     def block_refs(self, ino: int, indexes: Iterable[int]) -> dict[int, BlockRef]:
         indexes = list(indexes)
@@ -85,7 +85,7 @@ class BlockMapOps:
         return freed
 
     def _retire(self, txn: Txn, ref: BlockRef) -> int:
-        not_before = txn.now + GARBAGE_GRACE_NS
+        not_before = txn.now + self.garbage_grace_ns
         txn.batch.put(keys.garbage(ref.block_id), msgpack.packb(not_before))
         txn.batch.delete(keys.upload(ref.block_id))
         return ref.length

@@ -14,7 +14,7 @@ import msgpack
 
 from aifs.meta import keys
 from aifs.meta.attrs import Inode
-from aifs.meta.blockmap import BlockMapOps
+from aifs.meta.blockmap import DEFAULT_GRACE_NS, BlockMapOps
 from aifs.errors import FsError
 from aifs.meta.ids import IdAllocator
 from aifs.meta.kv import KVStore, ShardedRocksKV
@@ -34,8 +34,9 @@ IsOpen = Callable[[int], bool]
 class MetaEngine(BlockMapOps, XattrOps):
     """The namespace of one volume; callers pass in whether an inode is open (for orphans)."""
 
-    def __init__(self, kv: KVStore, block_size: int) -> None:
+    def __init__(self, kv: KVStore, block_size: int, garbage_grace_ns: int = DEFAULT_GRACE_NS) -> None:
         self.kv = kv
+        self.garbage_grace_ns = garbage_grace_ns
         self.volume = self._load_or_format(block_size)
         self.block_size: int = self.volume["block_size"]
         self.usage = Usage(kv)
@@ -43,9 +44,11 @@ class MetaEngine(BlockMapOps, XattrOps):
         self.block_ids = IdAllocator(kv, b"next_block", 1)
 
     @classmethod
-    def open(cls, path: Path, shards: int, block_size: int) -> "MetaEngine":
+    def open(
+        cls, path: Path, shards: int, block_size: int, garbage_grace_ns: int = DEFAULT_GRACE_NS,
+    ) -> "MetaEngine":
         path.mkdir(parents=True, exist_ok=True)
-        return cls(ShardedRocksKV(path, shards), block_size)
+        return cls(ShardedRocksKV(path, shards), block_size, garbage_grace_ns)
 
     def close(self) -> None:
         self.kv.close()

@@ -15,9 +15,14 @@ def _tier(config: Config, kind: str):
     return next((tier for tier in config.tiers if tier.kind == kind), None)
 
 
+DEFAULT_DIRTY_SHARE = 0.9
+
+
 def open_nvme(config: Config) -> NvmeTier:
     tier = _tier(config, "nvme")
-    return NvmeTier(config.tier_path(tier), config.capacity_of(tier))
+    capacity = config.capacity_of(tier)
+    max_dirty = config.writeback.max_dirty or int(capacity * DEFAULT_DIRTY_SHARE)
+    return NvmeTier(config.tier_path(tier), capacity, max_dirty)
 
 
 def open_cold(config: Config, volume: dict) -> ColdTier:
@@ -31,4 +36,6 @@ def open_cold(config: Config, volume: dict) -> ColdTier:
 def open_tier_manager(config: Config, volume: dict) -> TierManager:
     ram = _tier(config, "ram")
     ram_tier = RamTier(config.capacity_of(ram) if ram is not None else 0)
-    return TierManager(ram_tier, open_nvme(config), open_cold(config, volume))
+    return TierManager(
+        ram_tier, open_nvme(config), open_cold(config, volume), dirty_wait=config.writeback.dirty_wait,
+    )

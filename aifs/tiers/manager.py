@@ -16,13 +16,14 @@ import trio
 
 from aifs.errors import FsError
 from aifs.tiers.checksum import CorruptBlock, checksum
-from aifs.tiers.nvme import NvmeTier
+from aifs.tiers.nvme import NvmeTier, StagingFull
 from aifs.tiers.protocol import ColdTier, Tier
 from aifs.tiers.ram import RamTier
 
 log = logging.getLogger(__name__)
 
 INLINE_BYTES = 256 << 10
+STAGING_POLL_S = 0.05
 T = TypeVar("T")
 
 
@@ -41,8 +42,10 @@ class _Flight:
 
 class TierManager:
     def __init__(
-        self, ram: RamTier, nvme: NvmeTier, cold: ColdTier, io_threads: int = 8, cold_threads: int = 16,
+        self, ram: RamTier, nvme: NvmeTier, cold: ColdTier,
+        io_threads: int = 8, cold_threads: int = 16, dirty_wait: float = 60.0,
     ) -> None:
+        self.dirty_wait = dirty_wait
         self.ram, self.nvme, self.cold = ram, nvme, cold
         self.stats = {tier.name: TierStats() for tier in (ram, nvme, cold)}
         self._io_limiter = trio.CapacityLimiter(io_threads)
@@ -133,16 +136,32 @@ class TierManager:
     # -- writes ------------------------------------------------------------
 
     async def stage(self, block_id: int, data: bytes) -> None:
-        """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM."""
+        """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM.
+
+        When staging is full of dirty blocks the writer waits for uploads to make
+        room, up to `dirty_wait` seconds, then gets ENOSPC.
+        """
         self.last_stage = trio.current_time()
-        await self._io(len(data), self.nvme.put, block_id, data, True)
+        deadline = self.last_stage + self.dirty_wait
+        warned = False
+        while True:
+            try:
+                await self._io(len(data), self.nvme.put, block_id, data, True)
+                break
+            except StagingFull as e:
+                if trio.current_time() >= deadline:
+                    raise FsError(errno.ENOSPC, f"{e}; uploads freed no room within {self.dirty_wait:.0f} s")
+                if not warned:
+                    log.warning("writer waits for uploads to drain: %s", e)
+                    warned = True
+                await trio.sleep(STAGING_POLL_S)
         self.ram.put(block_id, data)
 
     async def sync(self, block_ids: list[int]) -> None:
         if block_ids:
             await trio.to_thread.run_sync(self.nvme.sync, block_ids, limiter=self._io_limiter)
 
-    async def upload(self, block_id: int, expected: int) -> None:
+    async def upload(self, block_id: int, expected: int) -> int:
         """Copy a staged block to the cold tier (durable only after `uploads_durable`).
 
         The staged copy is verified first: a rotten copy must never become the durable one.
@@ -153,6 +172,7 @@ class TierManager:
         if checksum(data) != expected:
             raise FsError(errno.EIO, str(CorruptBlock(block_id, self.nvme.name)))
         await self._cold_io(self.cold.put, block_id, data)
+        return len(data)
 
     async def uploads_durable(self, block_ids: list[int]) -> None:
         """Make uploaded blocks durable in the cold tier; from then on NVMe may evict them."""

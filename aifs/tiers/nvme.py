@@ -22,9 +22,10 @@ class StagingFull(Exception):
 class NvmeTier:
     name = "nvme"
 
-    def __init__(self, root: Path, capacity: int) -> None:
+    def __init__(self, root: Path, capacity: int, max_dirty: int | None = None) -> None:
         self.root = root
         self.capacity = capacity
+        self.max_dirty = capacity if max_dirty is None else min(max_dirty, capacity)
         self._log = SegmentLog(root)
         self._index: dict[int, Location] = {}
         self._clean: OrderedDict[int, None] = OrderedDict()
@@ -65,6 +66,9 @@ class NvmeTier:
         with self._lock:
             if block_id in self._index:
                 return
+            if dirty and self._dirty_bytes + len(data) > self.max_dirty:
+                raise StagingFull(f"NVMe staging holds {self._dirty_bytes} dirty bytes, "
+                                  f"the most allowed is {self.max_dirty} (writeback.max_dirty)")
             if not self._make_room(len(data)):
                 if dirty:
                     raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")

@@ -49,11 +49,16 @@ class Volume:
         self.config = config
         self.state_dir = config.volume.state_dir
         self._lock_fd = lock_state_dir(self.state_dir)
-        self.meta = MetaEngine.open(self.state_dir / "meta", config.meta.shards, config.volume.block_size)
+        self.meta = MetaEngine.open(
+            self.state_dir / "meta", config.meta.shards, config.volume.block_size,
+            int(config.writeback.garbage_grace * 10**9),
+        )
         self._check_block_size()
         self.tiers = open_tier_manager(config, self.meta.volume)
         self.files = OpenFiles()
-        self.uploader = Uploader(self.meta, self.tiers)
+        self.uploader = Uploader(
+            self.meta, self.tiers, config.writeback.upload_concurrency, config.writeback.upload_bandwidth,
+        )
         self.data = FileData(self.meta, self.tiers, self.uploader.enqueue)
         self.gc = GarbageCollector(self.meta, self.tiers)
         self._sync_meta = GroupCommit(self.meta.sync)

@@ -14,6 +14,7 @@ from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.manager import TierManager
+from aifs.vfs.pacing import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,13 @@ STAGING_HIGH_WATER = 0.5
 class Uploader:
     """Uploads in batches: concurrent puts, then one durability flush, then one metadata commit."""
 
-    def __init__(self, meta: MetaEngine, tiers: TierManager, concurrency: int = 4) -> None:
+    def __init__(
+        self, meta: MetaEngine, tiers: TierManager, concurrency: int = 8, bandwidth: int = 0,
+    ) -> None:
         self.meta = meta
         self.tiers = tiers
         self.concurrency = concurrency
+        self._pace = TokenBucket(bandwidth)
         self._queue: dict[int, int] = meta.pending_uploads()
         self._wake = trio.Event()
         self.uploaded_blocks = 0
@@ -61,7 +65,7 @@ class Uploader:
         """Writers own the disk while they stage blocks, until staging passes its high-water mark."""
         nvme = self.tiers.nvme
         recently = trio.current_time() - self.tiers.last_stage < QUIET_S
-        return recently and nvme.dirty_bytes() < nvme.capacity * STAGING_HIGH_WATER
+        return recently and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
 
     async def _upload_batch(self, batch: list[tuple[int, int]]) -> None:
         done: list[int] = []
@@ -85,7 +89,7 @@ class Uploader:
     ) -> None:
         try:
             if self.meta.is_pending(block_id):
-                await self.tiers.upload(block_id, expected)
+                await self._pace.take(await self.tiers.upload(block_id, expected))
             done.append(block_id)
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)

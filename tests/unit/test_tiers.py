@@ -452,13 +452,29 @@ async def test_upload_of_missing_staged_block_is_eio(tiers):
 
 
 @trio_test
-async def test_stage_into_full_staging_area_raises(tiers_factory):
+async def test_stage_into_full_staging_area_waits_then_gives_enospc(tiers_factory):
+    tiers = tiers_factory(nvme=2 * KB)
+    tiers.dirty_wait = 0.3
+    await tiers.stage(1, block(1))
+    await tiers.stage(2, block(2))
+    started = trio.current_time()
+    with fs_error(errno.ENOSPC):
+        await tiers.stage(3, block(3))
+    assert trio.current_time() - started >= 0.3, "the writer waits for uploads before giving up"
+
+
+@trio_test
+async def test_writer_waiting_for_staging_proceeds_once_an_upload_frees_room(tiers_factory):
     tiers = tiers_factory(nvme=2 * KB)
     await tiers.stage(1, block(1))
     await tiers.stage(2, block(2))
-    with pytest.raises(StagingFull):
+
+    async def upload_later():
+        await trio.sleep(0.2)
+        await tiers.upload(1, checksum(block(1)))
+        await tiers.uploads_durable([1])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(upload_later)
         await tiers.stage(3, block(3))
-    await tiers.upload(1, checksum(block(1)))
-    await tiers.uploads_durable([1])
-    await tiers.stage(3, block(3))
     assert tiers.nvme.contains(3) and not tiers.nvme.contains(1)
