@@ -2,8 +2,10 @@
 
 import click
 
+from aifs.cli.admin_cmd import status, sync
 from aifs.cli.bench_cmd import bench
 from aifs.cli.config_cmd import config
+from aifs.cli.flash_cmd import flash
 from aifs.cli.fsck_cmd import fsck
 from aifs.cli.mount_cmd import mount, umount
 
@@ -14,5 +16,5 @@ def cli() -> None:
     """aifs: a POSIX filesystem for AI training clusters."""
 
 
-for command in (mount, umount, config, fsck, bench):
+for command in (mount, umount, config, fsck, bench, status, sync, flash):
     cli.add_command(command)

@@ -301,7 +301,7 @@ class WritebackConfig(_Table):
     upload_bandwidth: Size = 0
     max_dirty: Capacity = None
     dirty_wait: float = Field(60.0, ge=0, strict=True)
-    garbage_grace: float = Field(30.0, ge=0, strict=True)
+    garbage_grace: float = Field(5.0, ge=0, strict=True)
 
 
 class LoggingConfig(_Table):

@@ -142,6 +142,11 @@ class BlockStore:
     def contains(self, block_id: int) -> bool:
         return block_id in self._index
 
+    def size(self, block_id: int) -> int:
+        """Bytes of the block's record (0 when not held): whether reading it is worth a thread."""
+        location = self._index.get(block_id)
+        return location.length if location is not None else 0
+
     def stat(self) -> dict[str, int]:
         with self._lock:
             return {"capacity": self.capacity, "used": self._used, "blocks": len(self._index),

@@ -8,9 +8,12 @@ import pyfuse3
 import trio
 
 from aifs.config import Config
+from aifs.control import SOCKET_NAME
+from aifs.control.server import ControlServer
 from aifs.fuse.attrs import Timeouts
 from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
 from aifs.fuse.ops import AifsOperations
+from aifs.vfs.admin import Admin
 from aifs.vfs.volume import Volume
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,8 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
             nursery.start_soon(_stop_on_signal, mountpoint)
+            control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
+            await nursery.start(control.serve)
             _set_read_ahead(mountpoint, config.fuse.read_ahead_kb)
             await pyfuse3.main(max_tasks=config.fuse.max_tasks)
             nursery.cancel_scope.cancel()

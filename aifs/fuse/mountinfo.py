@@ -33,15 +33,18 @@ def _parse(line: str) -> MountEntry:
     return MountEntry(Path(_unescape(fields[4])), fstype, _unescape(source), fields[2])
 
 
+def mounts() -> list[MountEntry]:
+    with open("/proc/self/mountinfo") as f:
+        return [_parse(line) for line in f]
+
+
 def find_mount(mountpoint: Path) -> MountEntry | None:
     """The topmost mount at `mountpoint`, or None."""
     target = Path(os.path.abspath(mountpoint))
     found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            entry = _parse(line)
-            if entry.mountpoint == target:
-                found = entry
+    for entry in mounts():
+        if entry.mountpoint == target:
+            found = entry
     return found
 
 

@@ -1,6 +1,7 @@
 """pyfuse3 request handlers: each translates one FUSE request into volume and metadata calls."""
 
 import errno
+import json
 import os
 import stat
 
@@ -13,6 +14,7 @@ from aifs.fuse.listing import DirListing
 from aifs.vfs.openfile import OpenFile
 from aifs.vfs.volume import Volume
 
+STATE_XATTR = b"user.aifs.state"  # read-only view of whether a file is in the durable tier
 _TIME_FIELDS = (
     ("update_atime", "atime_ns", "st_atime_ns"),
     ("update_mtime", "mtime_ns", "st_mtime_ns"),
@@ -50,6 +52,7 @@ class AifsOperations(pyfuse3.Operations):
             if e.errno == errno.ENOENT:
                 return negative_entry(self.timeouts)
             raise
+        self.vol.names.remember(ino, parent_inode, name)
         return self._entry(ino)
 
     async def forget(self, inode_list):
@@ -57,6 +60,7 @@ class AifsOperations(pyfuse3.Operations):
 
     async def _make(self, parent, name, mode, ctx, rdev=0, target=None):
         ino, _ = self.meta.create(parent, name, mode, ctx.uid, ctx.gid, rdev, target)
+        self.vol.names.remember(ino, parent, name)
         return ino
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
@@ -75,6 +79,7 @@ class AifsOperations(pyfuse3.Operations):
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self.meta.link(inode, new_parent_inode, new_name)
+        self.vol.names.remember(inode, new_parent_inode, new_name)
         return self._entry(inode)
 
     async def unlink(self, parent_inode, name, ctx):
@@ -85,6 +90,8 @@ class AifsOperations(pyfuse3.Operations):
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         self.meta.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags, self.vol.is_open)
+        moved, _ = self.meta.lookup(parent_inode_new, name_new)
+        self.vol.names.moved(parent_inode_old, name_old, moved, parent_inode_new, name_new)
 
     # -- attributes --------------------------------------------------------
 
@@ -127,6 +134,8 @@ class AifsOperations(pyfuse3.Operations):
     # -- extended attributes -----------------------------------------------
 
     async def getxattr(self, inode, name, ctx):
+        if name == STATE_XATTR:
+            return json.dumps(self.vol.file_state(inode)).encode()
         return self.meta.get_xattr(inode, name)
 
     async def setxattr(self, inode, name, value, ctx):

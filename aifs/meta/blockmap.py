@@ -14,7 +14,7 @@ from aifs.meta.attrs import BlockRef, Inode
 from aifs.meta.kv import Batch
 from aifs.meta.txn import Txn
 
-DEFAULT_GRACE_NS = 30 * 10**9
+DEFAULT_GRACE_NS = 5 * 10**9
 
 
 def queue_upload(batch: Batch, ref: BlockRef) -> None:

@@ -8,6 +8,7 @@ timed out and could not be flushed) is retired instead of reused.
 """
 
 import ctypes
+import mmap
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ class PoolExhausted(TimeoutError):
     """No chunk came free within the caller's timeout."""
 
 
-def address_of(memory: bytearray | memoryview) -> int:
+def address_of(memory: bytearray | mmap.mmap) -> int:
     """The virtual address of a writable buffer (an mmap or bytearray), for the NIC."""
     return ctypes.addressof(ctypes.c_char.from_buffer(memory))
 
@@ -38,11 +39,12 @@ class Chunk:
 
 
 class BufferPool:
-    def __init__(self, memory: bytearray | memoryview, chunk_bytes: int) -> None:
+    def __init__(self, memory: bytearray | mmap.mmap, chunk_bytes: int) -> None:
         count = len(memory) // chunk_bytes if chunk_bytes > 0 else 0
         if count == 0:
             raise ValueError(f"{len(memory)} bytes hold no chunk of {chunk_bytes} bytes")
         self.memory = memory
+        self.address = address_of(memory)
         self.chunk_bytes = chunk_bytes
         view = memoryview(memory)
         self._chunks = [Chunk(i, i * chunk_bytes, view[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(count)]

@@ -25,14 +25,14 @@ class Choice:
 
 
 def choose(kind: str = "auto", device: str | None = None,
-           probe: Callable[[str | None], Probe] = probe_verbs) -> Choice:
+           probe: Callable[[str | None], Probe] | None = None) -> Choice:
     """Raises ValueError for an unknown kind, TransportUnavailable for "verbs" where it cannot run."""
     if kind not in KINDS:
         raise ValueError(f"transport {kind!r} is not one of {', '.join(KINDS)}")
     if kind == "tcp":
         choice = Choice("tcp", None, "configured")
     else:
-        found = probe(device)
+        found = (probe or probe_verbs)(device)
         if found.device is None and kind == "verbs":
             raise TransportUnavailable(f"transport 'verbs' cannot run here: {found.reason}")
         choice = Choice("verbs" if found.device else "tcp", found.device, found.reason)
@@ -42,7 +42,7 @@ def choose(kind: str = "auto", device: str | None = None,
 
 def select_transport(kind: str = "auto", device: str | None = None, streams: int = 2,
                      timeout: float = DEFAULT_TIMEOUT,
-                     probe: Callable[[str | None], Probe] = probe_verbs) -> Transport:
+                     probe: Callable[[str | None], Probe] | None = None) -> Transport:
     choice = choose(kind, device, probe)
     if choice.kind == "verbs":
         return VerbsTransport(choice.device or "", streams=streams, timeout=timeout)

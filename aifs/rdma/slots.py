@@ -8,7 +8,7 @@ a seqlock: it is odd while the slot is rewritten. A client READs the header,
 the bytes it wants, and the header again (one RC queue pair executes READs in
 order); equal, even headers naming its block mean the bytes are that block's,
 and a whole-block read is also checked against the checksum. A stale slot
-sends the client back to `locate` once.
+sends the client back to `locate` once, and then to a read over TCP.
 """
 
 import struct
@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aifs.rdma.pool import BufferPool, Chunk
-from aifs.rdma.transport import TransportError
 from aifs.tiers.checksum import CorruptBlock, checksum
 
 HEADER = struct.Struct("<4sIQQQ")  # magic, generation, block id, length, checksum
@@ -29,6 +28,10 @@ _GEN_MASK = 0xFFFFFFFF
 
 class SlotTooSmall(Exception):
     """The block does not fit one slot; it is served over TCP instead."""
+
+
+class SlotChurn(Exception):
+    """The block's slot was recycled under every attempt (too few slots for the load): read it over TCP."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +133,7 @@ class SlotReader:
             except StaleSlot:
                 with self._lock:
                     self._refs.pop(block_id, None)
-        raise TransportError(f"block {block_id:016x} kept moving between slots")
+        raise SlotChurn(f"block {block_id:016x} kept moving between slots")
 
     def length(self, block_id: int, timeout: float) -> int:
         return self._ref(block_id, time.monotonic() + timeout).length

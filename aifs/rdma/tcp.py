@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from aifs.rdma.transport import Address, BlockMissing, RemoteError, ServerStat, TransportError, verify
-from aifs.rdma.wire import DELETE, GET, HAS, MISSING, PUT, STAT, FrameReader, ProtocolError, frame, remaining
+from aifs.rdma.wire import DELETE, GET, HAS, MISSING, PUT, STAT, UNPIN, FrameReader, ProtocolError, frame, remaining
 from aifs.tiers.checksum import checksum as block_checksum
 
 DEFAULT_TIMEOUT = 5.0
@@ -236,6 +236,9 @@ class TcpConnection:
 
     def delete(self, block_id: int, timeout: float | None = None) -> None:
         self.call({"op": DELETE, "id": block_id}, timeout=timeout)
+
+    def unpin(self, block_id: int, timeout: float | None = None) -> None:
+        self.call({"op": UNPIN, "id": block_id}, timeout=timeout)
 
     def contains(self, block_id: int, timeout: float | None = None) -> bool:
         return bool(self.call({"op": HAS, "id": block_id}, timeout=timeout)[0]["has"])

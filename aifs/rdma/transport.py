@@ -91,6 +91,9 @@ class Connection(Protocol):
 
     def delete(self, block_id: int, timeout: float | None = None) -> None: ...
 
+    def unpin(self, block_id: int, timeout: float | None = None) -> None:
+        """The server may evict the block again (it reached the cold tier)."""
+
     def contains(self, block_id: int, timeout: float | None = None) -> bool: ...
 
     def stat(self, timeout: float | None = None) -> ServerStat: ...

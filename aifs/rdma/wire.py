@@ -17,7 +17,7 @@ MAX_HEADER = 1 << 16
 MAX_PAYLOAD = 1 << 30
 
 # Operations.
-GET, PUT, DELETE, HAS, STAT = "get", "put", "del", "has", "stat"
+GET, PUT, DELETE, HAS, STAT, UNPIN = "get", "put", "del", "has", "stat", "unpin"
 QP, LOCATE = "qp", "locate"  # verbs: key exchange, and where a block sits in registered memory
 
 # Error codes in answers ({"err": code, "msg": text}).

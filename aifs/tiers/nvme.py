@@ -118,6 +118,11 @@ class NvmeTier:
             if location is not None:
                 self._forget(location)
 
+    def bytes_of(self, block_ids: list[int]) -> int:
+        """Bytes these blocks take here (0 for blocks not held)."""
+        index = self._index
+        return sum(index[b].length for b in block_ids if b in index)
+
     def contains(self, block_id: int) -> bool:
         return block_id in self._index
 

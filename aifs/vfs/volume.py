@@ -14,6 +14,7 @@ from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
+from aifs.vfs.names import NameCache
 from aifs.vfs.openfile import OpenFile, OpenFiles
 from aifs.vfs.writeback import GarbageCollector, Uploader
 
@@ -56,6 +57,7 @@ class Volume:
         self._check_block_size()
         self.tiers = open_tier_manager(config, self.meta.volume)
         self.files = OpenFiles()
+        self.names = NameCache()
         self.uploader = Uploader(
             self.meta, self.tiers, config.writeback.upload_concurrency, config.writeback.upload_bandwidth,
         )
@@ -135,11 +137,13 @@ class Volume:
             await self.data.write(of, offset, data)
 
     async def flush(self, of: OpenFile) -> None:
-        """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4)."""
-        if not of.dirty and not of.lock.locked():
-            return  # nothing to seal: most closes, and every read-only one
-        async with of.lock:
-            await self.data.seal(of)
+        """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4);
+        under a `durability = "remote"` rule, also uploaded."""
+        if of.dirty or of.lock.locked():  # most closes, and every read-only one, have nothing to seal
+            async with of.lock:
+                await self.data.seal(of)
+        if self._wants_remote(of.ino):
+            await self.upload_now([of.ino])
 
     async def fsync(self, of: OpenFile) -> None:
         async with of.lock:
@@ -147,6 +151,34 @@ class Volume:
             staged, of.unsynced = of.unsynced, []
         await self.tiers.sync(staged)
         await self._sync_meta()
+        if self._wants_remote(of.ino):
+            await self.upload_now([of.ino])
+
+    def _wants_remote(self, ino: int) -> bool:
+        if not self.config.rules:
+            return False
+        path = self.names.path_of(ino)
+        return path is not None and self.config.rule_for(path).durability == "remote"
+
+    def pending_blocks(self, inodes: list[int]) -> list[int]:
+        """Blocks of these files that are not yet in the durable tier."""
+        blocks = [ref.block_id for ino in inodes for ref in self.meta.all_block_refs(ino).values()]
+        return self.uploader.pending_of(blocks)
+
+    def file_state(self, ino: int) -> dict:
+        """Is the file fully in the durable tier? ("uploaded", "pending" or "unsealed")."""
+        of = self.files.get(ino)
+        unsealed = of.dirty_bytes if of is not None else 0
+        pending = self.pending_blocks([ino])
+        state = "unsealed" if unsealed else "pending" if pending else "uploaded"
+        return {"state": state, "unsealed_bytes": unsealed, "pending_blocks": len(pending),
+                "pending_bytes": self.tiers.nvme.bytes_of(pending)}
+
+    async def upload_now(self, inodes: list[int]) -> None:
+        """Return once every sealed block of these files is in the durable tier."""
+        pending = self.pending_blocks(inodes)
+        self.uploader.hurry(pending)
+        await self.uploader.wait_uploaded(pending)
 
     async def release(self, of: OpenFile) -> None:
         await self.flush(of)

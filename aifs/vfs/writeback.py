@@ -19,7 +19,7 @@ from aifs.vfs.pacing import TokenBucket
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0
-GC_PERIOD_S = 5.0
+GC_PERIOD_S = 1.0
 RETRY_S = 5.0
 BATCH = 256
 QUIET_S = 0.5
@@ -37,8 +37,11 @@ class Uploader:
         self.concurrency = concurrency
         self._pace = TokenBucket(bandwidth)
         self._queue: dict[int, int] = meta.pending_uploads()
+        self._urgent: set[int] = set()
         self._wake = trio.Event()
+        self._progress = trio.Event()
         self.uploaded_blocks = 0
+        self.uploaded_bytes = 0
 
     @property
     def pending(self) -> list[int]:
@@ -47,6 +50,20 @@ class Uploader:
     def enqueue(self, refs: list[BlockRef]) -> None:
         self._queue.update((ref.block_id, ref.checksum) for ref in refs)
         self._wake.set()
+
+    def pending_of(self, block_ids: list[int]) -> list[int]:
+        return [b for b in block_ids if b in self._queue]
+
+    def hurry(self, block_ids: list[int]) -> None:
+        """Upload these first, even while writers are busy (sync, durability = "remote")."""
+        first = {b: self._queue[b] for b in block_ids if b in self._queue}
+        self._queue = first | self._queue
+        self._urgent.update(first)
+        self._wake.set()
+
+    async def wait_uploaded(self, block_ids: list[int]) -> None:
+        while self.pending_of(block_ids):
+            await self._progress.wait()
 
     async def run(self) -> None:
         while True:
@@ -64,6 +81,8 @@ class Uploader:
     def _writers_busy(self) -> bool:
         """Writers own the disk while they stage blocks, until staging passes its high-water mark."""
         nvme = self.tiers.nvme
+        if self._urgent:
+            return False
         recently = trio.current_time() - self.tiers.last_stage < QUIET_S
         return recently and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
 
@@ -81,6 +100,9 @@ class Uploader:
             self.uploaded_blocks += len(done)
         for block_id in done:
             self._queue.pop(block_id, None)
+            self._urgent.discard(block_id)
+        self._progress.set()
+        self._progress = trio.Event()
         if failed:
             await trio.sleep(RETRY_S)
 
@@ -89,7 +111,9 @@ class Uploader:
     ) -> None:
         try:
             if self.meta.is_pending(block_id):
-                await self._pace.take(await self.tiers.upload(block_id, expected))
+                nbytes = await self.tiers.upload(block_id, expected)
+                self.uploaded_bytes += nbytes
+                await self._pace.take(nbytes)
             done.append(block_id)
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)

@@ -344,6 +344,41 @@ def test_deep_path_near_path_max(d):
         os.close(dfd)
 
 
+def _drop_kernel_caches() -> None:
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")  # dentries and inodes: the kernel sends FORGET for them
+    except OSError as e:
+        pytest.skip(f"cannot drop kernel caches: {e}")
+
+
+def test_lookup_after_forget(d):
+    """After the kernel forgets inodes, lookups find the same inodes and data again,
+    and an inode still held open (here: unlinked) stays usable."""
+    os.makedirs(d / "x" / "y")
+    for i in range(50):
+        write_file(d / "x" / "y" / f"f{i}", f"{i}".encode())
+    os.link(d / "x" / "y" / "f0", d / "hard")
+    inos = {i: os.stat(d / "x" / "y" / f"f{i}").st_ino for i in range(50)}
+    fd = os.open(d / "x" / "y" / "f1", os.O_RDWR)
+    try:
+        os.unlink(d / "x" / "y" / "f1")
+        _drop_kernel_caches()
+        os.pwrite(fd, b"still", 0)
+        assert os.pread(fd, 5, 0) == b"still"
+    finally:
+        os.close(fd)
+    _drop_kernel_caches()
+    for i in range(50):
+        if i == 1:
+            assert not os.path.lexists(d / "x" / "y" / "f1")
+            continue
+        assert os.stat(d / "x" / "y" / f"f{i}").st_ino == inos[i]
+        assert read_file(d / "x" / "y" / f"f{i}") == f"{i}".encode()
+    assert os.stat(d / "hard").st_ino == inos[0]
+    assert os.stat(d / "hard").st_nlink == 2
+
+
 def test_many_small_files(d):
     for i in range(300):
         write_file(d / f"f{i}", f"content {i}".encode())

@@ -2,6 +2,7 @@
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -67,6 +68,51 @@ def test_everything_survives_remount(remountable):
         for field in ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size",
                       "st_rdev", "st_mtime_ns"):
             assert getattr(new, field) == getattr(old, field), (p, field)
+
+
+def _used_bytes(path) -> int:
+    sv = os.statvfs(path)
+    return (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+
+
+def _wait_used_below(path, limit: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        used = _used_bytes(path)
+        if used <= limit or time.monotonic() > deadline:
+            return used
+        time.sleep(0.1)
+
+
+def test_unlinked_open_file_space_reclaimed(remountable):
+    """The blocks of an unlinked file are freed at its last close, or at the latest
+    on the next mount. statfs may report a disk shared with other writers, so each
+    attempt looks for a drop of half the file and up to two attempts are made."""
+    vol, d = remountable
+    size = 128 * MiB
+    chunk = pattern("reclaim", MiB)
+    seen = []
+    for _attempt in range(2):
+        fd = os.open(d / "f", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            for _ in range(size // MiB):
+                os.write(fd, chunk)
+            os.fsync(fd)
+            grown = _used_bytes(d)
+            os.unlink(d / "f")
+            assert os.pread(fd, 10, size - 10) == chunk[-10:]
+        finally:
+            os.close(fd)
+        limit = grown - size // 2
+        used = _wait_used_below(d, limit, timeout=3)
+        if used > limit:
+            vol.remount()
+            used = _wait_used_below(d, limit, timeout=5)
+        seen.append(grown - used)
+        if used <= limit:
+            return
+    pytest.fail(f"freed only {seen} bytes after closing an unlinked {size}-byte file "
+                "(and after a remount)")
 
 
 def test_writes_after_remount(remountable):

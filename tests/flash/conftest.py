@@ -1,0 +1,23 @@
+"""Fixtures: block servers as real processes on 127.0.0.1, killed at teardown whatever happened."""
+
+from __future__ import annotations
+
+import pytest
+
+from .servers import ServerProcess, start_all
+
+
+@pytest.fixture
+def flash_servers(tmp_path_factory):
+    """start(n, **options) -> n running servers, each with its own directory."""
+    started: list[ServerProcess] = []
+
+    def start(n: int, **options) -> list[ServerProcess]:
+        base = tmp_path_factory.mktemp("flash")
+        servers = [ServerProcess(base / f"s{i}", **options) for i in range(n)]
+        started.extend(servers)
+        return start_all(servers)
+
+    yield start
+    for server in started:
+        server.kill()

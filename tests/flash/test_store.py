@@ -1,0 +1,107 @@
+"""The block server's store on its own: budget, LRU among unpinned blocks, checksums, restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from aifs.flash.store import BlockStore, ChecksumMismatch, CorruptRecord, Record, StoreFull, SUM
+from aifs.tiers.checksum import checksum
+
+from .blocks import content, find_on_disk, flip_byte
+
+KB = 1024
+RECORD = 10 * KB + SUM.size  # what one 10 KiB block costs against the budget
+
+
+def put(store: BlockStore, block_id: int, size: int = 10 * KB, pin: bool = False) -> bytes:
+    data = content(block_id, size)
+    record = Record(len(data))
+    record.payload[:] = data
+    store.put(block_id, record, checksum(data), pin)
+    return data
+
+
+def held(store: BlockStore) -> set[int]:
+    return {b for b in range(100) if store.contains(b)}
+
+
+def test_put_read_ranges_and_sizes(tmp_path):
+    store = BlockStore(tmp_path, 1 << 20)
+    data = put(store, 1)
+    got, size, block_sum = store.read(1)
+    assert bytes(got) == data and size == len(data) and block_sum == checksum(data)
+    assert bytes(store.read(1, 100, 50)[0]) == data[100:150]
+    assert bytes(store.read(1, len(data) - 5, 50)[0]) == data[-5:]
+    assert store.size(1) == RECORD and store.size(2) == 0
+    with pytest.raises(KeyError):
+        store.read(2)
+
+
+def test_a_put_with_a_wrong_checksum_is_refused(tmp_path):
+    store = BlockStore(tmp_path, 1 << 20)
+    record = Record(3)
+    record.payload[:] = b"abc"
+    with pytest.raises(ChecksumMismatch):
+        store.put(1, record, checksum(b"abd"))
+    assert not store.contains(1) and store.stat()["used"] == 0
+
+
+def test_the_least_recently_used_block_is_evicted_first(tmp_path):
+    store = BlockStore(tmp_path, 4 * RECORD)
+    for block_id in range(4):
+        put(store, block_id)
+    store.read(0)  # 0 is now the most recently used; 1 is the oldest
+    put(store, 4)
+    assert held(store) == {0, 2, 3, 4}
+    put(store, 5)
+    assert held(store) == {0, 3, 4, 5}
+    assert store.stat()["used"] == 4 * RECORD <= store.capacity
+
+
+def test_pinned_blocks_are_never_evicted(tmp_path):
+    store = BlockStore(tmp_path, 3 * RECORD)
+    put(store, 0, pin=True)
+    put(store, 1, pin=True)
+    for block_id in range(2, 10):
+        put(store, block_id)
+    assert held(store) == {0, 1, 9}
+    put(store, 10, pin=True)  # takes the last unpinned block's room
+    assert held(store) == {0, 1, 10}
+    with pytest.raises(StoreFull):
+        put(store, 11)
+    store.unpin(0)
+    put(store, 11)
+    assert held(store) == {1, 10, 11}
+
+
+def test_index_pins_and_checksums_survive_a_restart(tmp_path):
+    store = BlockStore(tmp_path, 10 * RECORD)
+    blocks = {block_id: put(store, block_id, pin=block_id < 2) for block_id in range(5)}
+    store.delete(4)
+    store.close()
+    store = BlockStore(tmp_path, 3 * RECORD)  # a smaller budget: unpinned blocks make room
+    assert store.stat()["pinned"] == 2 and {0, 1} <= held(store) and len(held(store)) == 3
+    for block_id in held(store):
+        assert bytes(store.read(block_id)[0]) == blocks[block_id]
+
+
+def test_a_record_torn_by_a_crash_is_dropped_at_start(tmp_path):
+    store = BlockStore(tmp_path, 1 << 20)
+    put(store, 1)
+    data = put(store, 2)
+    store.close()
+    path, offset = find_on_disk(tmp_path, data)
+    with open(path, "r+b") as f:
+        f.truncate(offset + 100)
+    store = BlockStore(tmp_path, 1 << 20)
+    assert held(store) == {1} and store.stat()["used"] == RECORD
+
+
+def test_a_rotten_record_is_dropped_not_served(tmp_path):
+    store = BlockStore(tmp_path, 1 << 20)
+    data = put(store, 1)
+    path, offset = find_on_disk(tmp_path, data)
+    flip_byte(path, offset + 5)
+    with pytest.raises(CorruptRecord):
+        store.read(1)
+    assert not store.contains(1) and store.stat()["used"] == 0
