@@ -40,6 +40,8 @@ def mount(config_path: Path | None, state_dir: Path | None, background: bool, mo
         serve(config, mountpoint)
     except (VolumeBusy, S3SetupError) as e:
         fail(str(e))
+    except OSError as e:  # a tier that cannot be reached or written when the volume opens
+        fail(f"cannot serve the volume in {config.volume.state_dir}: {e}")
 
 
 def _check_mountpoint(mountpoint: Path) -> None:

@@ -13,6 +13,7 @@ from aifs.control.server import ControlServer
 from aifs.fuse.attrs import Timeouts
 from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
 from aifs.fuse.ops import AifsOperations
+from aifs.tiers.files import sync_filesystem
 from aifs.vfs.admin import Admin
 from aifs.vfs.volume import Volume
 
@@ -64,7 +65,9 @@ async def _stop_on_signal(mountpoint: Path) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("received %s, flushing and unmounting", signal.Signals(signum).name)
-            await trio.to_thread.run_sync(pyfuse3.syncfs, str(mountpoint))
+            # ctypes lets go of the GIL during syncfs (pyfuse3.syncfs does not), so this
+            # loop can serve the writes the kernel sends while it flushes.
+            await trio.to_thread.run_sync(sync_filesystem, mountpoint)
             pyfuse3.terminate()
             return
 
