@@ -17,7 +17,6 @@ test instead of freezing the run.
 from __future__ import annotations
 
 import atexit
-import errno
 import itertools
 import os
 import re
@@ -59,22 +58,59 @@ _live_volumes: list["Volume"] = []
 
 
 def aifs_cli(*args: str, timeout: float = MOUNT_TIMEOUT) -> subprocess.CompletedProcess:
-    """Run ``python3 -m aifs ARGS`` from the repository root."""
+    """Run ``python3 -m aifs ARGS`` from the repository root (exit -1 on timeout)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "aifs", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "aifs", *args]
+    try:
+        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return subprocess.CompletedProcess(cmd, -1, text(e.stdout),
+                                           text(e.stderr) + f"\n(timed out after {timeout}s)")
 
 
 def _describe(cp: subprocess.CompletedProcess) -> str:
     return f"exit {cp.returncode}\nstdout:\n{cp.stdout[-4000:]}\nstderr:\n{cp.stderr[-4000:]}"
 
 
-def _mounted(path: Path) -> bool:
-    target = os.path.realpath(path)
+def _mount_dev(path: Path) -> int | None:
+    """st_dev of the mount at path, or None. Reads mountinfo only, so it never touches
+    a (maybe hung) mount; path must be canonical (Volume resolves it before mounting)."""
+    target = str(path)
+    dev = None
     with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+        for line in f:
+            fields = line.split()
+            if fields[4] == target:
+                major, minor = fields[2].split(":")
+                dev = os.makedev(int(major), int(minor))  # the last one stacks on top
+    return dev
+
+
+def _mounted(path: Path) -> bool:
+    return _mount_dev(path) is not None
+
+
+def _answers(path: Path, timeout: float = 15.0) -> bool:
+    """Does the mount answer stat and readdir within timeout? (A hung daemon would
+    block the caller forever, so ask from a helper thread.)"""
+    result: list[bool] = []
+
+    def probe():
+        try:
+            os.stat(path)
+            os.listdir(path)
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout)
+    return bool(result and result[0])
 
 
 class Volume:
@@ -89,7 +125,7 @@ class Volume:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.config.write_text(CONFIG_TEMPLATE.format(state_dir=self.state_dir))
         # Outside pytest's 0700 temp tree so that other users can reach the mount.
-        self.path = Path(tempfile.mkdtemp(prefix="aifs-mnt-"))
+        self.path = Path(os.path.realpath(tempfile.mkdtemp(prefix="aifs-mnt-")))
         os.chmod(self.path, 0o755)
         self.st_dev: int | None = None
         _live_volumes.append(self)
@@ -100,7 +136,7 @@ class Volume:
         if cp.returncode != 0 or not _mounted(self.path):
             self._force_unmount()
             raise RuntimeError(f"aifs mount {self.path} failed: {_describe(cp)}")
-        self.st_dev = os.stat(self.path).st_dev
+        self.st_dev = _mount_dev(self.path)
 
     def umount(self) -> None:
         cp = aifs_cli("umount", str(self.path))
@@ -115,29 +151,31 @@ class Volume:
         self.mount()
 
     # -- the daemon ------------------------------------------------------------
+    def _is_our_daemon(self, pid: int) -> bool:
+        """An `aifs mount` process for this mountpoint or config (never anything else,
+        even when a stale pid file names a pid that was reused)."""
+        if pid == os.getpid():
+            return False
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        argv = raw.decode(errors="replace").split("\0")
+        ours = {str(self.path), str(self.config)}
+        return (bool(ours & set(argv)) and "aifs" in " ".join(argv) and "mount" in argv
+                and "umount" not in argv
+                and not os.path.basename(argv[0]).startswith("fusermount"))
+
     def daemon_pids(self) -> list[int]:
-        """Pids of the aifs processes serving this mountpoint."""
-        pids: set[int] = set()
-        pidfile = self.state_dir / "aifs.pid"
-        if pidfile.exists():
-            try:
-                pid = int(pidfile.read_text().split()[0])
-                if Path(f"/proc/{pid}").exists():
-                    pids.add(pid)
-            except (ValueError, IndexError, OSError):
-                pass
-        mnt = {str(self.path), os.path.realpath(self.path)}
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            except OSError:
-                continue
-            if (mnt & set(argv) and "aifs" in " ".join(argv) and "umount" not in argv
-                    and not os.path.basename(argv[0]).startswith("fusermount")):
-                pids.add(int(proc.name))
-        return sorted(pids)
+        """Pids of the aifs processes serving this volume: from <state_dir>/aifs.pid
+        and from /proc/*/cmdline, each checked against its command line."""
+        candidates: set[int] = set()
+        try:
+            candidates.add(int((self.state_dir / "aifs.pid").read_text().split()[0]))
+        except (ValueError, IndexError, OSError):
+            pass
+        candidates.update(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+        return sorted(pid for pid in candidates if self._is_our_daemon(pid))
 
     def _wait_daemons_gone(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -160,24 +198,19 @@ class Volume:
         return pids
 
     def abort_connection(self) -> None:
-        """Fail every pending and future request of this mount (watchdog)."""
-        if self.st_dev is None:
-            return
-        abort = Path(f"/sys/fs/fuse/connections/{os.minor(self.st_dev)}/abort")
-        try:
-            abort.write_text("1")
-        except OSError:
-            pass
+        """Fail every pending and future request of this mount (watchdog): abort the
+        FUSE connection through fusectl where it is mounted, and kill the daemon
+        (its /dev/fuse closing aborts the connection too)."""
+        if self.st_dev is not None:
+            abort = Path(f"/sys/fs/fuse/connections/{os.minor(self.st_dev)}/abort")
+            try:
+                abort.write_text("1")
+            except OSError:
+                pass
+        self._force_unmount()
 
     def healthy(self) -> bool:
-        if not _mounted(self.path):
-            return False
-        try:
-            os.stat(self.path)
-            os.listdir(self.path)
-        except OSError:
-            return False
-        return True
+        return _mounted(self.path) and _answers(self.path)
 
     def ensure_mounted(self) -> None:
         """Bring a dead or missing mount back (after a watchdog abort or a crash test)."""

@@ -197,6 +197,41 @@ def run_as(fn: Callable, *args: Any, uid: int | None = None, gid: int | None = N
     raise ChildError(result[1])
 
 
+def run_parallel(fn: Callable, arg_list: list[tuple], timeout: float = 120.0) -> None:
+    """Run fn(*args) for every args in its own forked process, all at once; fail if
+    any of them raises or they do not all finish in time."""
+    pids = []
+    for args in arg_list:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001
+                import traceback
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    deadline = time.monotonic() + timeout
+    failed = []
+    for pid in pids:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if os.waitstatus_to_exitcode(status) != 0:
+                    failed.append(pid)
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                failed.append(pid)
+                break
+            time.sleep(0.01)
+    assert not failed, f"{len(failed)} of {len(pids)} workers failed or hung"
+
+
 # --------------------------------------------------------------------------
 # comparing trees
 

@@ -27,7 +27,7 @@ RESULTS = [
     "read-seq-cold",
     "read-seq-warm",
     "randread-p50",
-    "randread-p99",
+    "randread-p99", "checkpoint-close", "checkpoint-durable",
 ]
 COLD = {"read-1t", "read-8t", "stat", "read-seq-cold", "randread-p50", "randread-p99"}
 

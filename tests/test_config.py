@@ -183,7 +183,7 @@ def test_example_config_shows_every_key():
             shown = re.search(rf"^(\[+{name}\]+$|(# )?{name} = )", text, re.M)
             assert shown, f"{model.__name__}.{name} is missing from {EXAMPLE.name}"
             models += [m for m in models_in(field.annotation) if m not in seen + models]
-    assert len(seen) == 11  # Config, volume, meta, four tier kinds, fuse, writeback, logging, rule
+    assert len(seen) == 14  # Config, volume, meta, five tier kinds, erasure, fuse, writeback, logging, metrics, rule
 
 
 # --- one clear message per mistake -------------------------------------------------------

@@ -10,6 +10,7 @@ close() survives a crash of the daemon, the kernel already holds the data).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import stat
 import time
@@ -176,6 +177,7 @@ def test_sigkill_during_writes(cvol, tmp_path):
         pid = _start_workload(root, log_path, n_files=2000)
         try:
             _wait_log(log_path, entries=40 + 30 * rnd, timeout=60)
+            time.sleep(random.uniform(0, 0.3))  # land anywhere inside a write/fsync
         finally:
             killed = cvol.kill9()
             _reap(pid)

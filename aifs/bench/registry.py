@@ -2,12 +2,16 @@
 
 To add a workload: write it in a module (one module per kind of workload) and add
 that module's WORKLOADS here.
+
+Bench modes measure what no workload on a given directory can, such as which tier a
+block is read from: each builds its own volume, runs alone, and is listed in MODES as
+NAME -> run(base, scale, progress) -> Results (columns are whatever the mode compares).
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from aifs.bench import bigfile, smallfiles
-from aifs.bench.workload import Workload
+from aifs.bench import bigfile, checkpoint, remote, smallfiles
+from aifs.bench.workload import Results, Workload
 
 
 def _index(workloads: Iterable[Workload]) -> dict[str, Workload]:
@@ -21,7 +25,9 @@ def _index(workloads: Iterable[Workload]) -> dict[str, Workload]:
     return index
 
 
-WORKLOADS = _index([*smallfiles.WORKLOADS, *bigfile.WORKLOADS])
+WORKLOADS = _index([*smallfiles.WORKLOADS, *bigfile.WORKLOADS, *checkpoint.WORKLOADS])
+
+MODES: dict[str, Callable[[str, float, Callable[[str], None]], Results]] = {remote.NAME: remote.run}
 
 
 def plan(selected: Iterable[str] | None = None) -> list[tuple[Workload, bool]]:

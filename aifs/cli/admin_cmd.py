@@ -8,6 +8,7 @@ import click
 from tqdm import tqdm
 
 from aifs.cli.common import fail
+from aifs.cli.tier_status import tier_status_lines
 from aifs.control.client import ControlClient, ControlError
 
 
@@ -57,4 +58,4 @@ def _status_lines(report: dict) -> list[str]:
     lines.append(f"  uploads   {report['pending_blocks']} blocks ({_human(report['pending_bytes'])}) pending, "
                  f"{report['uploaded_blocks']} uploaded ({_human(report['uploaded_bytes'])}, "
                  f"{_human(report['upload_rate'])}/s)")
-    return lines
+    return lines + tier_status_lines(report)

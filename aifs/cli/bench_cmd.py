@@ -5,7 +5,7 @@ import os
 import click
 
 from aifs.bench import report, runner
-from aifs.bench.registry import WORKLOADS
+from aifs.bench.registry import MODES, WORKLOADS
 from aifs.bench.workload import BenchError
 
 
@@ -57,7 +57,12 @@ def _progress(message: str) -> None:
     help=f"Run only these workloads (prerequisites run unreported): {', '.join(WORKLOADS)}.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool) -> None:
+@click.option(
+    "--mode", type=click.Choice(sorted(MODES)),
+    help="Instead of the workloads, a mode that builds its own volumes under the first PATH "
+         "(remote-tier: reads from remote flash vs NVMe vs the cold tier).",
+)
+def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool, mode: str | None) -> None:
     """Run the same file workloads on each PATH, one path after another, and compare them.
 
     Each PATH is an existing directory. The bench works in a fresh subdirectory,
@@ -70,7 +75,10 @@ def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json:
     stderr, results to stdout.
     """
     try:
-        results = runner.run(paths, only, scale, _progress)
+        if mode is not None:
+            results = MODES[mode](paths[0], scale, _progress)
+        else:
+            results = runner.run(paths, only, scale, _progress)
     except (BenchError, OSError) as error:  # OSError: the scratch directory itself failed
         raise click.ClickException(str(error)) from error
     click.echo(report.to_json(results, scale) if as_json else report.to_table(results))

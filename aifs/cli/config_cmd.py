@@ -97,4 +97,8 @@ def _toml_value(key: str, value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(k, v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(key, v) for v in value) + "]"
     return repr(value)

@@ -7,7 +7,9 @@ from aifs.cli.bench_cmd import bench
 from aifs.cli.config_cmd import config
 from aifs.cli.flash_cmd import flash
 from aifs.cli.fsck_cmd import fsck
+from aifs.cli.gc_cmd import gc
 from aifs.cli.mount_cmd import mount, umount
+from aifs.cli.tier_cmd import pin, unpin, warmup
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,5 +18,5 @@ def cli() -> None:
     """aifs: a POSIX filesystem for AI training clusters."""
 
 
-for command in (mount, umount, config, fsck, bench, status, sync, flash):
+for command in (mount, umount, config, fsck, gc, bench, status, sync, flash, pin, unpin, warmup):
     cli.add_command(command)

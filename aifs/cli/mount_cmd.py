@@ -12,6 +12,7 @@ import click
 from aifs.cli.common import EXIT_USAGE, config_option, fail, load_or_exit, state_dir_option
 from aifs.config import Config
 from aifs.fuse.mountinfo import aifs_mount, find_mount
+from aifs.rdma.transport import TransportUnavailable
 from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.volume import VolumeBusy
 
@@ -38,7 +39,7 @@ def mount(config_path: Path | None, state_dir: Path | None, background: bool, mo
 
     try:
         serve(config, mountpoint)
-    except (VolumeBusy, S3SetupError) as e:
+    except (VolumeBusy, S3SetupError, TransportUnavailable) as e:
         fail(str(e))
     except OSError as e:  # a tier that cannot be reached or written when the volume opens
         fail(f"cannot serve the volume in {config.volume.state_dir}: {e}")

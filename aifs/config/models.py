@@ -31,9 +31,9 @@ TiB = 1 << 40
 PiB = 1 << 50
 DEFAULT_STATE_ROOT = Path("~/.local/share/aifs")
 # Top to bottom; the durable kinds share the bottom level and exclude each other.
-TIER_LEVEL = {"ram": 0, "nvme": 1, "objstore": 2, "s3": 2}
+TIER_LEVEL = {"ram": 0, "nvme": 1, "remote": 2, "objstore": 3, "s3": 3}
 DURABLE_KINDS = ("objstore", "s3")
-TierKind = Literal["ram", "nvme", "objstore", "s3"]
+TierKind = Literal["ram", "nvme", "remote", "objstore", "s3"]
 
 _BYTE_SIZE = TypeAdapter(ByteSize)
 _SIZE_HELP = "not a size; use bytes or a string like '8GiB'"
@@ -214,6 +214,91 @@ class NvmeTier(TierConfig):
         return system.fs_free(path) // 2
 
 
+def _host_port(value: str) -> str:
+    """A flash server as `aifs flash serve --listen` takes it: HOST:PORT, an IPv6 host in brackets."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise PydanticCustomError(
+            "host_port", "not a server address; use HOST:PORT, like 'flash1:7400' or '[fd00::1]:7400'",
+        )
+    return value
+
+
+def _server_list(value: Any) -> Any:
+    if not isinstance(value, list):
+        raise PydanticCustomError("servers", "must be an array of HOST:PORT strings, like ['flash1:7400']")
+    return value
+
+
+def _servers(value: list[str]) -> list[str]:
+    """Each server holds at most one copy or shard of a block, so a server listed twice is a mistake."""
+    if not value:
+        raise PydanticCustomError("servers", "no servers; list at least one, like ['flash1:7400']")
+    twice = next((server for i, server in enumerate(value) if server in value[:i]), None)
+    if twice is not None:
+        raise PydanticCustomError("servers", "'{server}' is listed twice; list each server once",
+                                  {"server": twice})
+    return value
+
+
+class ErasureCoding(_Table):
+    """RS(k, m): a block becomes k data and m parity shards on k + m servers; any k rebuild it."""
+
+    k: int = Field(ge=1, le=128, strict=True)
+    m: int = Field(ge=1, le=128, strict=True)
+
+
+class RemoteTier(TierConfig):
+    """Flash servers shared by every node, between NVMe and the durable tier: a cache, whose
+    copy of a block not yet in the durable tier is never the only one unless `only_copy`."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+    no_path: ClassVar[str | None] = "a remote tier has no path; its blocks live on the servers, remove the key"
+
+    kind: Literal["remote"]
+    servers: Annotated[
+        list[Annotated[str, AfterValidator(_host_port)]], BeforeValidator(_server_list), AfterValidator(_servers),
+    ]
+    replicas: int | None = Field(None, ge=1, le=16, strict=True)  # None: 2, or 1 with one server or erasure
+    transport: Literal["auto", "tcp", "verbs"] = "auto"
+    rdma_device: NonEmpty | None = None
+    timeout: float = Field(0.5, gt=0, strict=True)
+    read_bound: float = Field(1.0, gt=0, strict=True)
+    probe_interval: float = Field(1.0, gt=0, strict=True)
+    failures_to_down: int = Field(3, ge=1, le=1000, strict=True)
+    # An optional table. Not `ErasureCoding | None`: errors.explain walks only discriminated unions.
+    erasure: ErasureCoding = None  # type: ignore[assignment]
+    only_copy: bool = Field(False, strict=True)
+
+    @model_validator(mode="after")
+    def _placement(self) -> "RemoteTier":
+        """Every copy or shard of a block needs a server of its own; copies and shards exclude each other."""
+        count = len(self.servers)
+        if self.erasure is not None:
+            k, m = self.erasure.k, self.erasure.m
+            if self.replicas not in (None, 1):
+                raise self._error("replicas", self.replicas, "copies and erasure coding exclude each other; "
+                                  "remove replicas to use erasure, or remove erasure")
+            if k + m > count:
+                raise self._error("erasure", {"k": k, "m": m}, f"RS({k},{m}) puts {k + m} shards on as many "
+                                  f"servers, but {count} are listed; list more servers or lower k + m")
+            self.replicas = 1
+        elif self.replicas is None:
+            self.replicas = min(2, count)
+        elif self.replicas > count:
+            raise self._error("replicas", self.replicas, f"more copies than servers ({count} listed); "
+                              f"use 1 to {count}, or list more servers")
+        return self
+
+    @staticmethod
+    def _error(key: str, value: Any, message: str) -> PydanticCustomError:
+        return PydanticCustomError("remote", message, {"config_key": key, "config_value": value})
+
+    def auto_capacity(self, path: Path | None) -> int:
+        """Only a mount asks the servers (status shows their total); here, like a bucket, no limit."""
+        return PiB
+
+
 class ObjstoreTier(TierConfig):
     default_dir: ClassVar[str | None] = "objects"
     kind: Literal["objstore"]
@@ -279,7 +364,7 @@ class S3Tier(TierConfig):
         return PiB
 
 
-AnyTier = Annotated[RamTier | NvmeTier | ObjstoreTier | S3Tier, Field(discriminator="kind")]
+AnyTier = Annotated[RamTier | NvmeTier | ObjstoreTier | S3Tier | RemoteTier, Field(discriminator="kind")]
 
 
 class FuseConfig(_Table):
@@ -309,6 +394,36 @@ class LoggingConfig(_Table):
     file: AbsPath | None = None
 
 
+_LOOPBACK = ("127.", "::1", "[::1]", "localhost")
+
+
+def _metrics_listen(value: str) -> str:
+    """HOST:PORT for the Prometheus endpoint; an IPv6 host goes in brackets; port 0 picks a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise PydanticCustomError("listen", "not an address; use HOST:PORT, like '127.0.0.1:9464'")
+    return value
+
+
+class MetricsConfig(_Table):
+    """The Prometheus endpoint of the mount: off unless `listen` is set, loopback unless allowed."""
+
+    listen: Annotated[str, AfterValidator(_metrics_listen)] | None = None
+    allow_remote: bool = Field(False, strict=True)
+
+    @model_validator(mode="after")
+    def _loopback_only(self) -> "MetricsConfig":
+        """Metrics name paths and volumes: other hosts see them only when asked for explicitly."""
+        if self.listen is not None and not self.allow_remote and not self.listen.startswith(_LOOPBACK):
+            raise PydanticCustomError(
+                "metrics_listen",
+                "not a loopback address; use 127.0.0.1 or [::1], or set metrics.allow_remote = true "
+                "to serve metrics to other hosts",
+                {"config_key": "listen", "config_value": self.listen},
+            )
+        return self
+
+
 def _rule_glob(value: str) -> str:
     """Rules match paths inside the mount, which always start at its root."""
     if not value.startswith("/"):
@@ -323,6 +438,8 @@ def _rule_glob(value: str) -> str:
 class Rule(_Table):
     path: Annotated[str, AfterValidator(_rule_glob)]
     durability: Literal["local", "remote"] = "local"
+    pin: Literal["ram", "nvme"] | None = None
+    readahead: Size | None = None
 
     def matches(self, path: str) -> bool:
         """`**` crosses '/', `*` and `?` stay inside one name."""
@@ -356,7 +473,8 @@ def _check_tier_order(tiers: list[TierConfig]) -> None:
             raise _tier_error(
                 i, "kind", here,
                 f"listed below the {above} tier at tiers[{i - 1}]; "
-                "tiers go top to bottom in the order ram, nvme, objstore (or s3)",
+                "tiers go top to bottom in the order ram, nvme, objstore (or s3), "
+                "with a remote tier between nvme and the durable one",
             )
     kinds = [t.kind for t in tiers]
     if "nvme" not in kinds:
@@ -391,6 +509,7 @@ class Config(_Table):
     writeback: WritebackConfig = Field(default_factory=WritebackConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     rules: list[Rule] = Field(default_factory=list)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @model_validator(mode="after")
     def _check_tiers(self) -> "Config":

@@ -9,6 +9,11 @@ Blocks are placed by consistent hashing with `replicas` copies, or, with
 servers never evict the blocks (the remote tier may then hold the only copy)
 and a put that does not reach every target raises.
 
+Block ids are unique only within one volume, so a tier shared by several
+volumes is given a `namespace` (the volume's uuid): blocks are then stored
+under a hash of namespace and id, and two volumes never meet on a server.
+Mounts of one volume use the same namespace and share its blocks.
+
 Methods are synchronous and thread-safe, for TierManager's worker threads:
 never call them on an event loop, a dead server may take `read_bound` seconds.
 """
@@ -19,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+import xxhash
 
 from aifs.flash.endpoint import RetryPolicy, ServerHandle, ServerUnavailable
 from aifs.flash.erasure import ErasureCode
@@ -32,6 +39,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 STAT_TTL = 10.0
+_LOW63 = (1 << 63) - 1  # shard ids (erasure) have the top bit set, block keys never do
 
 
 class RemoteWriteFailed(Exception):
@@ -44,7 +52,7 @@ class RemoteFlashTier:
     def __init__(self, servers: Sequence[str], replicas: int = 2, transport: str | Transport = "auto",
                  timeout: float = 0.5, read_bound: float = 1.0, probe_interval: float = 1.0,
                  failures_to_down: int = FAILURES_TO_DOWN, erasure: tuple[int, int] | None = None,
-                 pin: bool = False, vnodes: int = VNODES, streams: int = 2) -> None:
+                 pin: bool = False, vnodes: int = VNODES, streams: int = 2, namespace: bytes = b"") -> None:
         addresses = [Address.parse(s) for s in servers]
         if len(set(addresses)) != len(addresses) or not addresses:
             raise ValueError(f"need distinct flash servers, got {list(servers)}")
@@ -55,6 +63,7 @@ class RemoteFlashTier:
                              f"{len(addresses)} configured")
         self.replicas = replicas
         self.pin = pin
+        self.namespace = namespace
         self._transport = (select_transport(transport, streams=streams, timeout=timeout)
                            if isinstance(transport, str) else transport)
         policy = RetryPolicy(timeout=timeout, bound=read_bound)
@@ -67,6 +76,12 @@ class RemoteFlashTier:
         self._prober = Prober(self._down, lambda name: self._servers[name].probe(), probe_interval)
 
     # -- placement -------------------------------------------------------------------
+
+    def _key(self, block_id: int) -> int:
+        """The id a block has on the servers: its own, or hashed with the namespace."""
+        if not self.namespace:
+            return block_id
+        return xxhash.xxh3_64_intdigest(self.namespace + block_id.to_bytes(8, "little")) & _LOW63
 
     def _down(self) -> list[str]:
         return [name for name, handle in self._servers.items() if not handle.up]
@@ -107,6 +122,7 @@ class RemoteFlashTier:
     # -- the Tier protocol ---------------------------------------------------------------
 
     def get(self, block_id: int) -> bytes | None:
+        block_id = self._key(block_id)
         if self._ec is not None:
             return self._get_shards(block_id)
         for handle in self._replica_set(block_id):
@@ -131,8 +147,14 @@ class RemoteFlashTier:
                 return data
         return None
 
-    def put(self, block_id: int, data: bytes) -> None:
-        """Offer the block to its servers at once; log (or, pinned, raise) when too few took it."""
+    def put(self, block_id: int, data: bytes, pin: bool | None = None) -> None:
+        """Offer the block to its servers at once; log (or, pinned, raise) when too few took it.
+
+        `pin` overrides the tier's setting for this block: a mount pins blocks not yet in
+        the cold tier and offers the others as plain cache entries.
+        """
+        pin = self.pin if pin is None else pin
+        block_id = self._key(block_id)
         if self._ec is not None:
             handles = self._shard_set(block_id)
             targets = [(h, self._ec.shard_id(block_id, i), shard)
@@ -141,18 +163,19 @@ class RemoteFlashTier:
         else:
             targets = [(h, block_id, data) for h in self._replica_set(block_id)]
             needed = 1
-        stored = sum(bool(ok) for ok in self._fan_out([self._request(h, block_id, self._write(object_id, payload))
-                                                       for h, object_id, payload in targets]))
+        writes = [self._request(h, block_id, self._write(object_id, payload, pin))
+                  for h, object_id, payload in targets]
+        stored = sum(bool(ok) for ok in self._fan_out(writes))
         wanted = self._ec.width if self._ec else self.replicas
-        if self.pin and stored < wanted:
+        if pin and stored < wanted:
             raise RemoteWriteFailed(f"block {block_id:016x} reached {stored} of {wanted} flash servers")
         if stored < needed:
             log.warning("block %016x was not stored on the remote tier (%d of %d servers took it)",
                         block_id, stored, len(targets))
 
-    def _write(self, object_id: int, payload: bytes) -> Callable[[Connection, float], bool]:
+    def _write(self, object_id: int, payload: bytes, pin: bool) -> Callable[[Connection, float], bool]:
         def request(connection: Connection, timeout: float) -> bool:
-            connection.write(object_id, payload, timeout, pin=self.pin)
+            connection.write(object_id, payload, timeout, pin=pin)
             return True
 
         return request
@@ -166,15 +189,18 @@ class RemoteFlashTier:
 
     def delete(self, block_id: int) -> None:
         """Best effort: a copy left on a server that was down is never read (ids are never reused) and ages out."""
+        block_id = self._key(block_id)
         self._fan_out([self._request(h, block_id, lambda c, t, o=o: c.delete(o, t))
                        for h, o in self._objects(block_id)])
 
     def unpin(self, block_id: int) -> None:
         """The block reached the cold tier: its servers may evict it again."""
+        block_id = self._key(block_id)
         self._fan_out([self._request(h, block_id, lambda c, t, o=o: c.unpin(o, t))
                        for h, o in self._objects(block_id)])
 
     def contains(self, block_id: int) -> bool:
+        block_id = self._key(block_id)
         held = self._fan_out([self._request(h, block_id, lambda c, t, o=o: c.contains(o, t))
                               for h, o in self._objects(block_id)])
         return sum(bool(x) for x in held) >= (self._ec.k if self._ec else 1)

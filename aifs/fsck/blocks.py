@@ -35,7 +35,7 @@ def check_blocks(ctx: Context) -> Iterator[Finding]:
     ctx.stats["objects"] = len(sweep.stored)
 
 
-def _queued_ids(kv: KVStore, tag: bytes) -> set[int]:
+def queued_ids(kv: KVStore, tag: bytes) -> set[int]:
     return {keys.read_u64(key, 1) for key, _ in kv.scan(tag)}
 
 
@@ -52,8 +52,8 @@ class _BlockSweep:
         self.ns = ctx.namespace()
         self.held = {tier.name: set(tier.block_ids()) for tier in ctx.tiers}
         self.stored = set().union(*self.held.values())
-        self.queued = _queued_ids(self.meta.kv, keys.UPLOAD)
-        self.retired = _queued_ids(self.meta.kv, keys.GARBAGE)
+        self.queued = queued_ids(self.meta.kv, keys.UPLOAD)
+        self.retired = queued_ids(self.meta.kv, keys.GARBAGE)
         self.referenced: set[int] = set()
         self.lost: set[int] = set()
         self.refs = 0

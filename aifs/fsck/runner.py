@@ -35,12 +35,19 @@ class FsckError(Exception):
 def run_fsck(config: Config, *, repair: bool = False, verify: bool = False,
              emit: Emit = lambda finding: None) -> Summary:
     """Check (and with `repair`, fix) the volume of `config`; `emit` sees each finding as it is made."""
+    with offline_volume(config) as meta, open_tiers(config, meta.volume) as (nvme, cold):
+        return check_volume(Context(meta, nvme, cold, verify=verify), str(config.volume.state_dir), repair, emit)
+
+
+@contextmanager
+def offline_volume(config: Config) -> Iterator[MetaEngine]:
+    """The metadata of an unmounted volume, locked against mounts for as long as it is open."""
     state_dir = config.volume.state_dir
     meta_dir = state_dir / "meta"
     if not (meta_dir / "CURRENT").exists():
         raise FsckError(f"no aifs volume in {state_dir}: {meta_dir} holds no metadata")
-    with _volume_lock(state_dir), _metadata(config, meta_dir) as meta, open_tiers(config, meta.volume) as (nvme, cold):
-        return check_volume(Context(meta, nvme, cold, verify=verify), str(state_dir), repair, emit)
+    with _volume_lock(state_dir), _metadata(config, meta_dir) as meta:
+        yield meta
 
 
 def check_volume(ctx: Context, state_dir: str, repair: bool, emit: Emit) -> Summary:

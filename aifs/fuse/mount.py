@@ -13,6 +13,7 @@ from aifs.control.server import ControlServer
 from aifs.fuse.attrs import Timeouts
 from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
 from aifs.fuse.ops import AifsOperations
+from aifs.metrics import serve_metrics
 from aifs.tiers.files import sync_filesystem
 from aifs.vfs.admin import Admin
 from aifs.vfs.volume import Volume
@@ -46,9 +47,11 @@ def serve(config: Config, mountpoint: Path) -> None:
 
 
 async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
+    metrics = None
     try:
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
+            metrics = serve_metrics(config.metrics, volume)
             nursery.start_soon(_stop_on_signal, mountpoint)
             control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
             await nursery.start(control.serve)
@@ -56,6 +59,8 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
             await pyfuse3.main(max_tasks=config.fuse.max_tasks)
             nursery.cancel_scope.cancel()
     finally:
+        if metrics is not None:
+            metrics.close()
         with trio.CancelScope(shield=True):
             await volume.close()
 

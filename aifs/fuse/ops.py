@@ -11,6 +11,7 @@ from aifs.errors import FsError
 from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
 from aifs.fuse.errors import translate_errors
 from aifs.fuse.listing import DirListing
+from aifs.metrics import instrument_operations
 from aifs.vfs.openfile import OpenFile
 from aifs.vfs.volume import Volume
 
@@ -22,6 +23,7 @@ _TIME_FIELDS = (
 )
 
 
+@instrument_operations
 @translate_errors
 class AifsOperations(pyfuse3.Operations):
     enable_writeback_cache = True

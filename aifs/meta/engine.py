@@ -19,6 +19,7 @@ from aifs.errors import FsError
 from aifs.meta.ids import IdAllocator
 from aifs.meta.kv import KVStore, ShardedRocksKV
 from aifs.meta.names import NAME_MAX, check_name
+from aifs.meta.pins import PinOps
 from aifs.meta.txn import Txn
 from aifs.meta.usage import Usage
 from aifs.meta.xattrs import XattrOps
@@ -31,7 +32,7 @@ _VOLUME_KEY = keys.counter(b"volume")
 IsOpen = Callable[[int], bool]
 
 
-class MetaEngine(BlockMapOps, XattrOps):
+class MetaEngine(BlockMapOps, XattrOps, PinOps):
     """The namespace of one volume; callers pass in whether an inode is open (for orphans)."""
 
     def __init__(self, kv: KVStore, block_size: int, garbage_grace_ns: int = DEFAULT_GRACE_NS) -> None:
@@ -214,6 +215,7 @@ class MetaEngine(BlockMapOps, XattrOps):
         txn.batch.delete(keys.inode(ino))
         txn.batch.delete(keys.symlink(ino))
         txn.batch.delete(keys.orphan(ino))
+        txn.batch.delete(keys.pin(ino))
         for key, _ in self.kv.scan(keys.xattr_prefix(ino)):
             txn.batch.delete(key)
         self.retire_blocks(txn, ino, 0)

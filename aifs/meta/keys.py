@@ -17,6 +17,7 @@ ORPHAN = b"O"
 COUNTER = b"C"
 UPLOAD = b"U"
 GARBAGE = b"G"
+PIN = b"P"
 
 _U64 = struct.Struct(">Q")
 OWNED_TAGS = frozenset((DENTRY, INODE, BLOCK, XATTR, SYMLINK))
@@ -76,6 +77,11 @@ def upload(block_id: int) -> bytes:
 
 def garbage(block_id: int) -> bytes:
     return GARBAGE + u64(block_id)
+
+
+def pin(ino: int) -> bytes:
+    """A pinned file: volume-wide like orphans, so all pins load with one scan at mount."""
+    return PIN + u64(ino)
 
 
 def owner(key: bytes) -> int | None:

@@ -1,7 +1,10 @@
 """Building the tiers a config describes; shared by the mount and by fsck."""
 
 from aifs.config import Config
+from aifs.config.models import RemoteTier as RemoteTierConfig
 from aifs.config.models import S3Tier as S3TierConfig
+from aifs.flash.tier import RemoteFlashTier
+from aifs.rdma.select import select_transport
 from aifs.tiers.manager import TierManager
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
@@ -33,9 +36,27 @@ def open_cold(config: Config, volume: dict) -> ColdTier:
     return LocalObjectStore(config.tier_path(bottom), config.capacity_of(bottom))
 
 
+def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteFlashTier:
+    """The flash servers' client. Blocks are keyed by this volume's uuid, so volumes sharing
+    servers never read each other's blocks; it connects lazily and never blocks a mount."""
+    erasure = (tier.erasure.k, tier.erasure.m) if tier.erasure is not None else None
+    transport = select_transport(tier.transport, tier.rdma_device, timeout=tier.timeout)
+    return RemoteFlashTier(
+        tier.servers, replicas=tier.replicas, transport=transport, timeout=tier.timeout,
+        read_bound=tier.read_bound, probe_interval=tier.probe_interval, failures_to_down=tier.failures_to_down,
+        erasure=erasure, namespace=str(volume["uuid"]).encode(),
+    )
+
+
 def open_tier_manager(config: Config, volume: dict) -> TierManager:
     ram = _tier(config, "ram")
     ram_tier = RamTier(config.capacity_of(ram) if ram is not None else 0)
+    nvme = open_nvme(config)
+    cold = open_cold(config, volume)
+    remote = _tier(config, "remote")
+    if remote is None:
+        return TierManager(ram_tier, nvme, cold, dirty_wait=config.writeback.dirty_wait)
     return TierManager(
-        ram_tier, open_nvme(config), open_cold(config, volume), dirty_wait=config.writeback.dirty_wait,
+        ram_tier, nvme, cold, dirty_wait=config.writeback.dirty_wait, remote=open_remote(remote, volume),
+        remote_capacity=remote.capacity, only_copy=remote.only_copy,
     )

@@ -1,20 +1,33 @@
 """TierManager: reads through the tiers in order, stages writes, and moves blocks down.
 
-Read path: RAM, then NVMe, then the cold tier; whatever comes from below RAM is
-checked against its checksum and copied into the tiers above. Concurrent reads
-of one block share one fetch. Small I/O runs inline on the event loop (a thread
-hop costs more than the I/O); large I/O goes to a bounded thread pool.
+Read path: RAM, then NVMe, then the remote flash tier (when configured), then
+the cold tier; whatever comes from below RAM is checked against its checksum
+and copied into the local tiers above. Concurrent reads of one block share one
+fetch. Small local I/O runs inline on the event loop (a thread hop costs more
+than the I/O); large I/O goes to a bounded thread pool.
+
+The remote tier is a cache shared by many nodes: every call to it runs in a
+thread (a dead server may hold one for the read bound), anything it fails to do
+is a miss, and blocks reach it through background offers that are dropped when
+its backlog is full: those read from the cold tier, and those uploaded once the
+cold tier holds them durably. With `only_copy` blocks are offered, pinned, as
+soon as they are staged, and unpinned once durable. A block found remotely is
+copied to NVMe in the background too: the reader, who came for the remote
+tier's low latency, does not wait for a local disk write.
 """
 
 import errno
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
 from aifs.errors import FsError
+from aifs.metrics.tiers import observe_tier_read
+from aifs.flash.background import BackgroundCalls, RemoteUsage
 from aifs.tiers.checksum import CorruptBlock, checksum
 from aifs.tiers.nvme import NvmeTier, StagingFull
 from aifs.tiers.protocol import ColdTier, Tier
@@ -25,6 +38,16 @@ log = logging.getLogger(__name__)
 INLINE_BYTES = 256 << 10
 STAGING_POLL_S = 0.05
 T = TypeVar("T")
+
+
+class RemoteTier(Tier, Protocol):
+    """A cache between NVMe and the cold tier shared by many nodes; every call may wait on the network."""
+
+    def put(self, block_id: int, data: bytes, pin: bool | None = None) -> None: ...
+
+    def unpin(self, block_id: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -44,18 +67,36 @@ class TierManager:
     def __init__(
         self, ram: RamTier, nvme: NvmeTier, cold: ColdTier,
         io_threads: int = 8, cold_threads: int = 16, dirty_wait: float = 60.0,
+        remote: RemoteTier | None = None, remote_threads: int = 8, remote_capacity: int | None = None,
+        only_copy: bool = False,
     ) -> None:
+        """`remote_capacity` is what status reports for the remote tier (None: the servers' total)."""
         self.dirty_wait = dirty_wait
-        self.ram, self.nvme, self.cold = ram, nvme, cold
-        self.stats = {tier.name: TierStats() for tier in (ram, nvme, cold)}
+        self.ram, self.nvme, self.cold, self.remote = ram, nvme, cold, remote
+        self.only_copy = only_copy
         self._io_limiter = trio.CapacityLimiter(io_threads)
         self._cold_limiter = trio.CapacityLimiter(cold_threads)
+        self._remote_limiter = trio.CapacityLimiter(remote_threads)
+        self.background: BackgroundCalls | None = None  # offers, unpins, usage refreshes
+        self.fills: BackgroundCalls | None = None       # NVMe copies of blocks found remotely
+        self._remote_usage: RemoteUsage | None = None
+        if remote is not None:
+            self.background = BackgroundCalls()
+            self.fills = BackgroundCalls(workers=1, name="aifs-fill")
+            self._remote_usage = RemoteUsage(remote, self.background, remote_capacity)
+        self.stats = {tier.name: TierStats() for tier in self.tiers}
         self._flights: dict[int, _Flight] = {}
         self.last_stage = float("-inf")
 
     @property
-    def tiers(self) -> tuple[Tier, ...]:
-        return (self.ram, self.nvme, self.cold)
+    def tiers(self) -> tuple[Tier | RemoteUsage, ...]:
+        """Top to bottom, as status shows them: the remote tier through figures that never wait."""
+        middle = () if self._remote_usage is None else (self._remote_usage,)
+        return (self.ram, self.nvme, *middle, self.cold)
+
+    @property
+    def _below_ram(self) -> tuple[Tier, ...]:
+        return (self.nvme, self.cold) if self.remote is None else (self.nvme, self.remote, self.cold)
 
     async def _io(self, nbytes: int, fn: Callable[..., T], *args) -> T:
         """Local I/O: small inline (a thread hop costs more), large on the I/O threads."""
@@ -67,14 +108,36 @@ class TierManager:
         """The cold tier may be a network away (S3): always off the event loop."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._cold_limiter)
 
+    async def _remote_io(self, fn: Callable[..., T], *args) -> T:
+        """The remote tier may wait up to its read bound on a dead server: always off the event loop."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._remote_limiter)
+
     async def _get(self, tier: Tier, block_id: int, length: int) -> bytes | None:
-        """A tier's copy, or None when it has none or cannot be reached (logged)."""
+        """A tier's copy, or None when it has none or cannot be reached (logged); timed for metrics."""
+        started = time.perf_counter()
+        try:
+            return await self._get_from(tier, block_id, length)
+        finally:
+            observe_tier_read(tier.name, time.perf_counter() - started)
+
+    async def _get_from(self, tier: Tier, block_id: int, length: int) -> bytes | None:
+        if tier is self.remote:
+            return await self._remote_get(block_id)
         try:
             if tier is self.cold:
                 return await self._cold_io(tier.get, block_id)
             return await self._io(length, tier.get, block_id)
         except OSError as e:
             log.error("reading block %016x from tier %s failed: %s", block_id, tier.name, e)
+            return None
+
+    async def _remote_get(self, block_id: int) -> bytes | None:
+        """Whatever goes wrong in a cache is a miss: the read goes on to the cold tier."""
+        assert self.remote is not None
+        try:
+            return await self._remote_io(self.remote.get, block_id)
+        except Exception as e:  # noqa: BLE001 - a broken cache must never fail a read
+            log.warning("reading block %016x from the remote tier failed, reading further down: %r", block_id, e)
             return None
 
     # -- reads -------------------------------------------------------------
@@ -112,7 +175,7 @@ class TierManager:
             flight.done.set()
 
     async def _fetch(self, block_id: int, expected: int, length: int) -> bytes:
-        for tier in (self.nvme, self.cold):
+        for tier in self._below_ram:
             data = await self._get(tier, block_id, length)
             if data is None:
                 continue
@@ -122,8 +185,11 @@ class TierManager:
                     self.nvme.delete(block_id)
                 continue
             self._count(tier, data)
-            if tier is self.cold:
+            if tier is self.remote and self.fills is not None:
+                self.fills.submit(self.nvme.put, block_id, data, nbytes=len(data))
+            elif tier is self.cold:
                 await self._io(length, self.nvme.put, block_id, data)
+                self._offer(block_id, data)
             self.ram.put(block_id, data)
             return data
         raise FsError(errno.EIO, f"block {block_id:016x} is missing or corrupt in every tier")
@@ -132,6 +198,30 @@ class TierManager:
         stats = self.stats[tier.name]
         stats.hits += 1
         stats.bytes_read += len(data)
+
+    # -- offers to the remote tier (background, bounded, never waited for) ---------------
+
+    def _offer(self, block_id: int, data: bytes) -> None:
+        """A block read from the cold tier: the next node that wants it finds it on flash."""
+        if self.remote is not None and self.background is not None:
+            self.background.submit(self.remote.put, block_id, data, False, nbytes=len(data))
+
+    def _offer_staged(self, block_id: int) -> None:
+        """Offer a block from NVMe staging (read there by the worker, so the backlog holds only ids)."""
+        if self.background is not None:
+            self.background.submit(self._put_staged, block_id)
+
+    def _put_staged(self, block_id: int) -> None:
+        """Runs on a worker thread. A block still dirty goes out pinned (only_copy), and is
+        unpinned at once if its upload became durable meanwhile (the unpin may have run first)."""
+        assert self.remote is not None
+        data = self.nvme.get(block_id)
+        if data is None:  # evicted or retired since: nothing to offer
+            return
+        pin = self.nvme.is_dirty(block_id)
+        self.remote.put(block_id, data, pin)
+        if pin and not self.nvme.is_dirty(block_id):
+            self.remote.unpin(block_id)
 
     # -- writes ------------------------------------------------------------
 
@@ -156,6 +246,8 @@ class TierManager:
                     warned = True
                 await trio.sleep(STAGING_POLL_S)
         self.ram.put(block_id, data)
+        if self.only_copy:
+            self._offer_staged(block_id)
 
     async def sync(self, block_ids: list[int]) -> None:
         if block_ids:
@@ -179,9 +271,33 @@ class TierManager:
         await self._cold_io(self.cold.flush)
         for block_id in block_ids:
             self.nvme.mark_clean(block_id)
+        if self.remote is None or self.background is None:
+            return
+        for block_id in block_ids:
+            if self.only_copy:  # offered (pinned) when staged; the servers may evict it now
+                self.background.submit(self.remote.unpin, block_id)
+            else:
+                self._offer_staged(block_id)
 
     async def delete(self, block_id: int) -> None:
-        """Drop a retired block everywhere; raises OSError when the cold tier cannot be reached."""
+        """Drop a retired block everywhere; raises OSError when the cold tier cannot be reached.
+
+        A copy the remote tier fails to delete is harmless: block ids are never reused,
+        so it is never read again, and the servers evict it in time.
+        """
         self.ram.delete(block_id)
         self.nvme.delete(block_id)
+        if self.remote is not None:
+            try:
+                await self._remote_io(self.remote.delete, block_id)
+            except Exception as e:  # noqa: BLE001 - see above
+                log.warning("deleting block %016x from the remote tier failed: %r", block_id, e)
         await self._cold_io(self.cold.delete, block_id)
+
+    async def close(self) -> None:
+        """Give queued offers a few seconds to reach the servers, then close the remote tier."""
+        for calls in (self.fills, self.background):
+            if calls is not None:
+                await trio.to_thread.run_sync(calls.close)
+        if self.remote is not None:
+            await trio.to_thread.run_sync(self.remote.close)

@@ -1,6 +1,7 @@
 """NVMe tier: blocks in append-only segments on a local disk; read cache and write-back staging.
 
-A dirty block (not yet in the cold tier) is never evicted. The index of what is
+A dirty block (not yet in the cold tier) is never evicted, nor is a pinned one:
+only blocks in the clean LRU are eviction candidates. The index of what is
 held is rebuilt from the segments at start; which blocks are dirty is told by
 the metadata's pending-upload queue.
 """
@@ -31,6 +32,7 @@ class NvmeTier:
         self._clean: OrderedDict[int, None] = OrderedDict()
         self._dirty: set[int] = set()
         self._dirty_bytes = 0
+        self._pinned: set[int] = set()
         self._used = 0
         self._lock = threading.RLock()
         for block_id, location in self._log.rebuild():
@@ -41,7 +43,8 @@ class NvmeTier:
         if old is not None:
             self._forget(old)
         self._index[block_id] = location
-        self._clean[block_id] = None
+        if block_id not in self._pinned:
+            self._clean[block_id] = None
         self._used += location.length
 
     def _forget(self, location: Location) -> None:
@@ -98,7 +101,30 @@ class NvmeTier:
             if block_id in self._dirty:
                 self._dirty.discard(block_id)
                 self._dirty_bytes -= self._index[block_id].length
-                self._clean[block_id] = None
+                if block_id not in self._pinned:
+                    self._clean[block_id] = None
+
+    def pin(self, block_ids: list[int]) -> None:
+        """Never evict these blocks once they are here (also those stored later)."""
+        with self._lock:
+            for block_id in block_ids:
+                self._pinned.add(block_id)
+                self._clean.pop(block_id, None)
+
+    def unpin(self, block_ids: list[int]) -> None:
+        with self._lock:
+            for block_id in block_ids:
+                self._pinned.discard(block_id)
+                if block_id in self._index and block_id not in self._dirty:
+                    self._clean[block_id] = None
+
+    def is_pinned(self, block_id: int) -> bool:
+        return block_id in self._pinned
+
+    def pinned_bytes(self) -> int:
+        """Bytes of pinned blocks held now."""
+        with self._lock:
+            return self.bytes_of([b for b in self._pinned if b in self._index])
 
     def is_dirty(self, block_id: int) -> bool:
         return block_id in self._dirty
@@ -114,7 +140,7 @@ class NvmeTier:
             if block_id in self._dirty:
                 self.mark_clean(block_id)
             location = self._index.pop(block_id, None)
-            self._clean.pop(block_id, None)
+            self._clean.pop(block_id, None)  # a pin outlives the copy: a rotten copy refetched stays pinned
             if location is not None:
                 self._forget(location)
 

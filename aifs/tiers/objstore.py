@@ -51,6 +51,13 @@ class LocalObjectStore:
         """Every object held, for fsck's search for unreferenced blocks."""
         return [int(entry.name, 16) for entry in self._objects()]
 
+    def block_sizes(self) -> dict[int, int]:
+        return {int(entry.name, 16): entry.stat().st_size for entry in self._objects()}
+
+    def url(self, block_id: int | None = None) -> str:
+        """Where an operator finds the store, or one of its objects."""
+        return str(self.root if block_id is None else self._path(block_id))
+
     def _objects(self) -> Iterator[os.DirEntry]:
         """Object files; anything else an operator left in the folders is ignored."""
         for fanout in os.scandir(self.root):

@@ -24,6 +24,14 @@ class ColdTier(Tier, Protocol):
 
     def flush(self) -> None: ...
 
+    def block_ids(self) -> list[int]: ...
+
+    def block_sizes(self) -> dict[int, int]:
+        """Every object held, with its size (fsck and gc)."""
+
+    def url(self, block_id: int | None = None) -> str:
+        """Where an operator finds the tier, or one of its objects."""
+
 
 def object_name(block_id: int) -> str:
     """Object names spread over 256 fan-out folders by the low byte of the id."""

@@ -103,8 +103,15 @@ class S3Tier:
         return self._used
 
     def block_ids(self) -> list[int]:
-        """Every block object under the prefix (one LIST request per 1,000), for fsck and gc."""
-        ids: list[int] = []
+        return list(self.block_sizes())
+
+    def url(self, block_id: int | None = None) -> str:
+        """Where an operator finds the tier, or one of its objects."""
+        return f"s3://{self.bucket}/{self.prefix}" + ("" if block_id is None else object_name(block_id))
+
+    def block_sizes(self) -> dict[int, int]:
+        """Every block object under the prefix with its size (one LIST request per 1,000), for fsck and gc."""
+        sizes: dict[int, int] = {}
         page_args: dict[str, str] = {}
         while True:
             page = self._request("LIST", self.prefix, partial(
@@ -113,9 +120,9 @@ class S3Tier:
             for entry in page.get("Contents", ()):
                 match = _OBJECT_KEY.fullmatch(entry["Key"][len(self.prefix):])
                 if match:
-                    ids.append(int(match.group(1), 16))
+                    sizes[int(match.group(1), 16)] = entry["Size"]
             if not page.get("IsTruncated"):
-                return ids
+                return sizes
             page_args = {"ContinuationToken": page["NextContinuationToken"]}
 
     # -- requests ------------------------------------------------------------

@@ -12,16 +12,26 @@ from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import TierManager
+from aifs.vfs.heat import HeatMap
 from aifs.vfs.openfile import OpenFile
+from aifs.vfs.prefetch import Prefetcher
 
 MAX_DIRTY_PER_FILE = 64 << 20
 
 
 class FileData:
-    def __init__(self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[BlockRef]], None]) -> None:
+    def __init__(
+        self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[BlockRef]], None],
+        added: Callable[[int, list[BlockRef]], None] | None = None, prefetch: Prefetcher | None = None,
+    ) -> None:
+        """`staged` learns of new blocks to upload; `added` of the file they now belong to (pins);
+        `prefetch` fetches blocks ahead of sequential readers."""
         self.meta = meta
         self.tiers = tiers
         self._staged = staged
+        self._added = added or (lambda ino, refs: None)
+        self.prefetch = prefetch
+        self.heat = HeatMap()
         self.bs = meta.block_size
 
     async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
@@ -45,6 +55,9 @@ class FileData:
         # Copied before the first await: a write may grow or seal these buffers meanwhile.
         unsealed = {i: bytes(dirty[i][lo:hi]) for i, lo, hi in spans if i in dirty}
         refs = self.meta.block_refs(ino, (i for i, _, _ in spans if i not in unsealed))
+        self.heat.read(ino, [ref.block_id for ref in refs.values()])
+        if of is not None and of.readahead is not None and self.prefetch is not None:
+            self._read_ahead(of, offset, end, size_now)
         parts = []
         for index, lo, hi in spans:
             if index in unsealed:
@@ -58,10 +71,25 @@ class FileData:
                 parts.append(bytes(hi - lo - len(chunk)))
         return b"".join(parts)
 
+    def _read_ahead(self, of: OpenFile, offset: int, end: int, size_now: int) -> None:
+        """Start background fetches of the blocks a sequential reader will want next.
+
+        Started before the demand read awaits anything, so the demand fetch goes first.
+        """
+        ahead = of.readahead.access(offset, end, -(-size_now // self.bs))
+        if not ahead:
+            return
+        wanted = [i for i in ahead if i not in of.dirty]
+        refs = self.meta.block_refs(of.ino, wanted)
+        of.readahead.prefetched.update(self.prefetch.fetch(list(refs.values())))
+
     async def _read_block(self, of: OpenFile | None, ref: BlockRef) -> memoryview:
-        """Only the first read of a block in a pass counts as a re-use for the RAM tier."""
+        """Only the first read of a block in a pass counts as a re-use for the RAM tier;
+        a block fetched ahead was not used yet, so its first read is no re-use either."""
         promote = of is None or of.last_block != ref.block_id
         if of is not None:
+            if of.readahead is not None and of.readahead.first_read(ref.block_id):
+                promote = False
             of.last_block = ref.block_id
         return await self._object(ref, promote)
 
@@ -111,6 +139,7 @@ class FileData:
             of.unsynced.append(refs[index].block_id)
         self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
         self._staged(list(refs.values()))
+        self._added(of.ino, list(refs.values()))
         for index in indexes:
             del of.dirty[index]
 
@@ -138,5 +167,6 @@ class FileData:
         self.meta.truncate(ino, size, cut)
         if cut is not None:
             self._staged([cut[1]])
+            self._added(ino, [cut[1]])
         if of is not None:
             of.size = size

@@ -2,6 +2,8 @@
 
 import trio
 
+from aifs.vfs.readahead import Readahead
+
 
 class OpenFile:
     """Shared by every handle of one inode, so all of them see the same bytes.
@@ -9,7 +11,7 @@ class OpenFile:
     `dirty` holds blocks written but not yet sealed; `unsynced` lists block ids
     staged since the last fsync; `last_block` is the block read last, so that a
     pass reading one block in pieces counts as one use. `lock` orders writes,
-    seals and truncates.
+    seals and truncates. `readahead` follows the access pattern (None: no readahead).
     """
 
     def __init__(self, ino: int, size: int) -> None:
@@ -20,6 +22,7 @@ class OpenFile:
         self.unsynced: list[int] = []
         self.mtime_ns: int | None = None
         self.last_block: int | None = None
+        self.readahead: Readahead | None = None
         self.lock = trio.Lock()
 
     @property

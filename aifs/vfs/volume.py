@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from aifs.config import Config
+from aifs.config import Config, Rule
 from aifs.meta import Inode, MetaEngine
 from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.objstore import LocalObjectStore
@@ -16,6 +16,9 @@ from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
 from aifs.vfs.names import NameCache
 from aifs.vfs.openfile import OpenFile, OpenFiles
+from aifs.vfs.pinning import Pinner
+from aifs.vfs.prefetch import Prefetcher
+from aifs.vfs.readahead import DEFAULT_LIMIT, Readahead
 from aifs.vfs.writeback import GarbageCollector, Uploader
 
 log = logging.getLogger(__name__)
@@ -61,7 +64,10 @@ class Volume:
         self.uploader = Uploader(
             self.meta, self.tiers, config.writeback.upload_concurrency, config.writeback.upload_bandwidth,
         )
-        self.data = FileData(self.meta, self.tiers, self.uploader.enqueue)
+        self.pinner = Pinner(self.meta, self.tiers)
+        self.prefetch = Prefetcher(self.tiers, self.spawn)
+        self.data = FileData(self.meta, self.tiers, self.uploader.enqueue, self.pinner.blocks_added, self.prefetch)
+        self._nursery: trio.Nursery | None = None
         self.gc = GarbageCollector(self.meta, self.tiers)
         self._sync_meta = GroupCommit(self.meta.sync)
         self._recover()
@@ -81,14 +87,34 @@ class Volume:
             self.meta.reclaim(ino)
 
     async def run_background(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
         nursery.start_soon(self.uploader.run)
         nursery.start_soon(self.gc.run)
+        self.spawn(self.pinner.restore)
+
+    def spawn(self, fn, *args) -> bool:
+        """Run a background job in the volume's nursery; its failure is logged, never fatal.
+
+        False when the volume is not serving (no nursery yet), so the job was not started.
+        """
+        if self._nursery is None:
+            return False
+
+        async def guarded() -> None:
+            try:
+                await fn(*args)
+            except Exception:  # noqa: BLE001 - a background job must not take the mount down
+                log.exception("background job %s%r failed", getattr(fn, "__name__", fn), args)
+
+        self._nursery.start_soon(guarded)
+        return True
 
     async def close(self) -> None:
         """Seal every buffer and make the metadata durable; the volume can then be reopened."""
         for of in self.files.all():
             async with of.lock:
                 await self.data.seal(of)
+        await self.tiers.close()
         self.meta.close()
         self.tiers.nvme.close()
         os.close(self._lock_fd)
@@ -120,14 +146,31 @@ class Volume:
         """Open a file; an open for reading records the access (relatime rules).
 
         Reads are mostly served by the kernel's page cache without a request, so
-        the open is where an access can be seen at all.
+        the open is where an access can be seen at all. The path's rule sets the
+        readahead cap, and a `pin` rule pins the file on its first open or create.
         """
         node = self.meta.getattr(ino)
         now = time.time_ns()
         if for_reading and (node.atime_ns <= max(node.mtime_ns, node.ctime_ns)
                             or now - node.atime_ns > RELATIME_NS):
             self.meta.set_atime(ino, now)
-        return self.files.acquire(ino, node.size)
+        of = self.files.acquire(ino, node.size)
+        if for_reading:
+            self.data.heat.opened(ino)
+        rule = self.rule_of(ino)
+        if of.readahead is None:
+            limit = rule.readahead if rule is not None and rule.readahead is not None else DEFAULT_LIMIT
+            of.readahead = Readahead(self.meta.block_size, limit)
+        if rule is not None and rule.pin is not None and self.pinner.pin_by_rule(ino, rule.pin):
+            self.spawn(self.pinner.load, ino)
+        return of
+
+    def rule_of(self, ino: int) -> Rule | None:
+        """The config rule for the file's path, or None without rules or a known path."""
+        if not self.config.rules:
+            return None
+        path = self.names.path_of(ino)
+        return None if path is None else self.config.rule_for(path)
 
     async def read(self, of: OpenFile, offset: int, size: int) -> bytes:
         return await self.data.read(of.ino, of, of.size, offset, size)
@@ -155,10 +198,8 @@ class Volume:
             await self.upload_now([of.ino])
 
     def _wants_remote(self, ino: int) -> bool:
-        if not self.config.rules:
-            return False
-        path = self.names.path_of(ino)
-        return path is not None and self.config.rule_for(path).durability == "remote"
+        rule = self.rule_of(ino)
+        return rule is not None and rule.durability == "remote"
 
     def pending_blocks(self, inodes: list[int]) -> list[int]:
         """Blocks of these files that are not yet in the durable tier."""

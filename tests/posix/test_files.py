@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from helpers import expect_errno, pattern, read_file, write_file
+from helpers import expect_errno, pattern, read_file, run_parallel, write_file
 
 MiB = 1024 * 1024
 
@@ -377,6 +377,53 @@ def test_lookup_after_forget(d):
         assert read_file(d / "x" / "y" / f"f{i}") == f"{i}".encode()
     assert os.stat(d / "hard").st_ino == inos[0]
     assert os.stat(d / "hard").st_nlink == 2
+
+
+def _append_records(path, worker, count):
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        for i in range(count):
+            os.write(fd, f"<{worker:02d}:{i:05d}:{'x' * (worker * 37 % 200)}>\n".encode())
+    finally:
+        os.close(fd)
+
+
+def test_concurrent_o_append_writers(d):
+    """Appends from several processes never overwrite each other."""
+    p = d / "log"
+    write_file(p, b"")
+    workers, count = 4, 300
+    run_parallel(_append_records, [(p, w, count) for w in range(workers)])
+    lines = read_file(p).splitlines()
+    assert len(lines) == workers * count
+    for w in range(workers):
+        mine = [ln for ln in lines if ln.startswith(f"<{w:02d}:".encode())]
+        assert mine == [f"<{w:02d}:{i:05d}:{'x' * (w * 37 % 200)}>".encode()
+                        for i in range(count)]
+
+
+def _write_region(path, worker, region):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for off in range(0, region, 64 * 1024):
+            os.pwrite(fd, pattern((worker, off), 64 * 1024), worker * region + off)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_concurrent_writers_distinct_regions(d):
+    """Processes writing disjoint ranges of one file (a sharded checkpoint) all land."""
+    p = d / "shared"
+    write_file(p, b"")
+    workers, region = 4, 3 * MiB  # regions straddle 4 MiB block boundaries
+    run_parallel(_write_region, [(p, w, region) for w in range(workers)])
+    data = read_file(p)
+    assert len(data) == workers * region
+    for w in range(workers):
+        for off in range(0, region, 64 * 1024):
+            start = w * region + off
+            assert data[start:start + 64 * 1024] == pattern((w, off), 64 * 1024), (w, off)
 
 
 def test_many_small_files(d):

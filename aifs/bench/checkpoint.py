@@ -1,0 +1,71 @@
+"""Checkpoint workload: every rank of a training job writes its shard at the same instant.
+
+8 writer threads, released together, each write one 256 MiB file (4 MiB writes, fsync,
+close). Two numbers: seconds until the last close returns (how long the GPUs wait), and
+seconds until every byte is in the volume's durable tier. On an aifs mount the second is
+taken by asking the mount to upload everything under the checkpoint and wait (what
+`aifs sync --wait` does) right after the last close; on any other filesystem fsync already
+made the bytes as durable as they will get, so the two are the same.
+"""
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from aifs.bench.fileio import write_all
+from aifs.bench.measure import MiB, Stopwatch
+from aifs.bench.workload import BenchError, Context, Result, Workload
+from aifs.control.client import ControlClient, ControlError
+
+WRITERS = 8
+FILE_SIZE = 256 * MiB
+IO_SIZE = 4 * MiB
+START_TIMEOUT_S = 60.0
+
+
+def _write_shard(path: str, size: int, chunk: memoryview, start: threading.Barrier) -> None:
+    start.wait()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for offset in range(0, size, IO_SIZE):
+            write_all(fd, chunk[: size - offset])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _wait_durable(directory: str) -> None:
+    """Upload everything under `directory` to the durable tier and wait, if it is on aifs."""
+    try:
+        control = ControlClient.for_path(Path(directory))
+    except ControlError:
+        return  # not an aifs mount: fsync was the last word
+    try:
+        control.call("sync", inodes=[os.stat(directory).st_ino], wait=True)
+    except ControlError as error:
+        raise BenchError(f"waiting for uploads: {error}") from error
+
+
+def checkpoint(ctx: Context) -> list[Result]:
+    size = ctx.scaled(FILE_SIZE)
+    directory = os.path.join(ctx.workdir, "checkpoint")
+    os.mkdir(directory)
+    chunk = memoryview(os.urandom(min(IO_SIZE, size)))
+    start = threading.Barrier(WRITERS + 1, timeout=START_TIMEOUT_S)
+    paths = [os.path.join(directory, f"rank{rank}.pt") for rank in range(WRITERS)]
+    with ThreadPoolExecutor(WRITERS) as pool:
+        writers = [pool.submit(_write_shard, path, size, chunk, start) for path in paths]
+        start.wait()
+        with Stopwatch() as writing:
+            for writer in writers:
+                writer.result()
+    with Stopwatch() as draining:
+        _wait_durable(directory)
+    return [
+        Result(writing.ns / 1e9, "s", label="close"),
+        Result((writing.ns + draining.ns) / 1e9, "s", label="durable"),
+    ]
+
+
+WORKLOADS = [Workload("checkpoint", checkpoint)]

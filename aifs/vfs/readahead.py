@@ -1,0 +1,47 @@
+"""Readahead: spot sequential reads on an open file and say which blocks to fetch next.
+
+The window (in blocks) starts at one when a file is read from its start or a
+read continues where the last one ended, doubles each time the reader moves
+into the next block, is capped per path (`readahead` rule), and collapses to
+nothing on a random access. Blocks fetched ahead are remembered so that their
+first real read does not count as a re-use in the RAM tier (a scan stays a scan).
+"""
+
+DEFAULT_LIMIT = 32 << 20
+
+
+class Readahead:
+    def __init__(self, block_size: int, limit: int = DEFAULT_LIMIT) -> None:
+        self.bs = block_size
+        self.max_blocks = limit // block_size
+        self.window = 0
+        self.last: int | None = None  # block index the last read ended in
+        self.ahead_to = -1  # highest block index already fetched ahead
+        self.prefetched: set[int] = set()  # block ids fetched ahead, not yet read
+
+    def access(self, offset: int, end: int, blocks_in_file: int) -> range:
+        """Record a read of [offset, end); the block indexes to fetch ahead now."""
+        first, last = offset // self.bs, (end - 1) // self.bs
+        previous, self.last = self.last, last
+        if self.max_blocks == 0:
+            return range(0)
+        if previous is None and first == 0 or previous is not None and previous <= first <= previous + 1:
+            if previous is None or last > previous or self.window == 0:
+                self.window = min(max(self.window * 2, 1), self.max_blocks)
+        else:
+            self.window, self.ahead_to = 0, last
+            self.prefetched.clear()
+            return range(0)
+        start = max(self.ahead_to + 1, last + 1)
+        stop = min(last + 1 + self.window, blocks_in_file)
+        if start >= stop:
+            return range(0)
+        self.ahead_to = stop - 1
+        return range(start, stop)
+
+    def first_read(self, block_id: int) -> bool:
+        """True once for a block fetched ahead: its first demand read is not a re-use."""
+        if block_id in self.prefetched:
+            self.prefetched.discard(block_id)
+            return True
+        return False

@@ -1,0 +1,87 @@
+"""Readahead: the window grows on sequential reads, collapses on random ones, honours its cap."""
+
+from __future__ import annotations
+
+import os
+
+from aifs.vfs.readahead import Readahead
+from tests.tiering.conftest import MiB, read_uncached
+
+BS = 1 << 20
+
+
+def test_window_doubles_while_sequential_up_to_the_cap():
+    ra = Readahead(BS, limit=8 * BS)
+    fetched = []
+    for i in range(12):
+        fetched.append(list(ra.access(i * BS, (i + 1) * BS, 100)))
+    assert [r[-1] for r in fetched[:5] if r] == [1, 3, 6, 11, 12]
+    assert all(len(r) <= 8 for r in fetched)
+    assert max(r[-1] for r in fetched) == 11 + 8  # never more than the cap beyond the reader
+
+
+def test_reads_within_a_block_do_not_grow_the_window():
+    ra = Readahead(BS, limit=16 * BS)
+    assert list(ra.access(0, 128 << 10, 100)) == [1]
+    for k in range(1, 8):
+        assert list(ra.access(k * (128 << 10), (k + 1) * (128 << 10), 100)) == []
+    assert ra.window == 1
+
+
+def test_random_access_collapses_the_window():
+    ra = Readahead(BS, limit=16 * BS)
+    for i in range(5):
+        ra.access(i * BS, (i + 1) * BS, 100)
+    assert ra.window == 16
+    assert list(ra.access(50 * BS, 50 * BS + 4096, 100)) == []
+    assert ra.window == 0
+    assert list(ra.access(51 * BS, 52 * BS, 100)) == [52]  # the pattern resumes from one block
+
+
+def test_no_fetch_past_the_end_or_with_a_zero_cap():
+    ra = Readahead(BS, limit=16 * BS)
+    assert list(ra.access(0, BS, 2)) == [1]
+    assert list(ra.access(BS, 2 * BS, 2)) == []
+    off = Readahead(BS, limit=0)
+    assert [list(off.access(i * BS, (i + 1) * BS, 100)) for i in range(3)] == [[], [], []]
+
+
+def test_first_read_of_a_prefetched_block_is_not_a_reuse():
+    ra = Readahead(BS)
+    ra.prefetched.add(7)
+    assert ra.first_read(7) is True
+    assert ra.first_read(7) is False
+
+
+def _random_reads(path, nblocks: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for i in range(nblocks):
+            block = (3 + 7 * i) % nblocks  # never two neighbours in a row
+            assert len(os.pread(fd, 4096, block * BS + 100)) == 4096
+    finally:
+        os.close(fd)
+
+
+def test_mount_reads_ahead_on_sequential_reads_only(tiered):
+    volume = tiered(extra='\n[[rules]]\npath = "/capped/**"\nreadahead = "2MiB"\n')
+    data = os.urandom(24 * MiB)
+    (volume.path / "capped").mkdir()
+    for path in (volume.path / "seq.bin", volume.path / "rand.bin", volume.path / "capped" / "c.bin"):
+        path.write_bytes(data)
+    volume.make_cold()
+
+    before = volume.status()["readahead"]["blocks"]
+    _random_reads(volume.path / "rand.bin", 24)
+    assert volume.status()["readahead"]["blocks"] == before
+
+    assert read_uncached(volume.path / "seq.bin") == data
+    after_seq = volume.status()["readahead"]
+    assert after_seq["blocks"] - before >= 12
+
+    assert read_uncached(volume.path / "capped" / "c.bin") == data
+    capped = volume.status()["readahead"]["blocks"] - after_seq["blocks"]
+    assert 0 < capped <= 23
+    assert volume.status()["readahead"]["in_flight"] == 0
