@@ -225,8 +225,9 @@ class TierManager:
 
     # -- writes ------------------------------------------------------------
 
-    async def stage(self, block_id: int, data: bytes) -> None:
-        """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM.
+    async def stage(self, block_id: int, data: bytes | bytearray) -> int:
+        """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM;
+        returns its checksum, computed beside the write (off the loop for large blocks).
 
         When staging is full of dirty blocks the writer waits for uploads to make
         room, up to `dirty_wait` seconds, then gets ENOSPC.
@@ -236,7 +237,7 @@ class TierManager:
         warned = False
         while True:
             try:
-                await self._io(len(data), self.nvme.put, block_id, data, True)
+                digest = await self._io(len(data), self._stage_dirty, block_id, data)
                 break
             except StagingFull as e:
                 if trio.current_time() >= deadline:
@@ -248,6 +249,11 @@ class TierManager:
         self.ram.put(block_id, data)
         if self.only_copy:
             self._offer_staged(block_id)
+        return digest
+
+    def _stage_dirty(self, block_id: int, data: bytes | bytearray) -> int:
+        self.nvme.put(block_id, data, True)
+        return checksum(data)
 
     async def sync(self, block_ids: list[int]) -> None:
         if block_ids:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
-from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import TierManager
 from aifs.vfs.heat import HeatMap
 from aifs.vfs.openfile import OpenFile
@@ -134,8 +133,11 @@ class FileData:
             return
         refs = {}
         for index in indexes:
-            data = bytes(of.dirty[index][: max(of.size - index * self.bs, 0)])
-            refs[index] = await self._stage(data)
+            buf = of.dirty[index]
+            del buf[max(of.size - index * self.bs, 0):]
+            # The buffer itself becomes the block (no copy): it leaves `dirty` below and is
+            # never written again, so the bytes behind the new block id never change.
+            refs[index] = await self._stage(buf)
             of.unsynced.append(refs[index].block_id)
         self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
         self._staged(list(refs.values()))
@@ -143,10 +145,10 @@ class FileData:
         for index in indexes:
             del of.dirty[index]
 
-    async def _stage(self, data: bytes) -> BlockRef:
+    async def _stage(self, data: bytes | bytearray) -> BlockRef:
         block_id = self.meta.block_ids.next()
-        await self.tiers.stage(block_id, data)
-        return BlockRef(block_id, 0, len(data), checksum(data))
+        digest = await self.tiers.stage(block_id, data)
+        return BlockRef(block_id, 0, len(data), digest)
 
     async def truncate(self, ino: int, of: OpenFile | None, size: int) -> None:
         """Set the size; the block cut in the middle is rewritten so no stale bytes remain past it."""
