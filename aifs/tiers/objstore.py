@@ -7,6 +7,7 @@ put before it, which costs far less than an fsync per object.
 
 import os
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ class LocalObjectStore:
         self.capacity = capacity
         make_fanout(root)
         self._used = sum(entry.stat().st_size for entry in self._objects())
+        self._used_lock = threading.Lock()  # puts and deletes run on several threads
 
     def _path(self, block_id: int) -> Path:
         return self.root / object_name(block_id)
@@ -32,14 +34,18 @@ class LocalObjectStore:
         return read_file(self._path(block_id))
 
     def put(self, block_id: int, data: bytes) -> None:
-        self._used += len(data) - write_file(self._path(block_id), data)
+        grown = len(data) - write_file(self._path(block_id), data)
+        with self._used_lock:
+            self._used += grown
 
     def flush(self) -> None:
         """Make every earlier put survive power loss."""
         sync_filesystem(self.root)
 
     def delete(self, block_id: int) -> None:
-        self._used -= remove_file(self._path(block_id))
+        freed = remove_file(self._path(block_id))
+        with self._used_lock:
+            self._used -= freed
 
     def contains(self, block_id: int) -> bool:
         return self._path(block_id).exists()
