@@ -5,7 +5,7 @@ import random
 import time
 from functools import partial
 
-from aifs.bench.fileio import expect_size, read_sequential, write_all
+from aifs.bench.fileio import expect_size, read_sequential, write_synced
 from aifs.bench.measure import GiB, KiB, MiB, Stopwatch, mib_per_second, percentile
 from aifs.bench.workload import Context, Result, Workload
 
@@ -25,13 +25,7 @@ def write_seq(ctx: Context) -> list[Result]:
     size = ctx.scaled(FILE_SIZE)
     chunk = memoryview(os.urandom(min(IO_SIZE, size)))
     with Stopwatch() as watch:
-        fd = os.open(_path(ctx), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            for offset in range(0, size, IO_SIZE):
-                write_all(fd, chunk[: size - offset])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_synced(_path(ctx), size, chunk)
     return [Result(mib_per_second(size, watch.ns), "MiB/s")]
 
 

@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from aifs.bench.fileio import write_all
+from aifs.bench.fileio import write_synced
 from aifs.bench.measure import MiB, Stopwatch
 from aifs.bench.workload import BenchError, Context, Result, Workload
 from aifs.control.client import ControlClient, ControlError
@@ -26,13 +26,7 @@ START_TIMEOUT_S = 60.0
 
 def _write_shard(path: str, size: int, chunk: memoryview, start: threading.Barrier) -> None:
     start.wait()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        for offset in range(0, size, IO_SIZE):
-            write_all(fd, chunk[: size - offset])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_synced(path, size, chunk)
 
 
 def _wait_durable(directory: str) -> None:

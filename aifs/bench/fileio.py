@@ -16,6 +16,17 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+def write_synced(path: str, size: int, chunk: memoryview) -> None:
+    """Create `path` with `size` bytes written `len(chunk)` at a time, fsync it and close it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for offset in range(0, size, len(chunk)):
+            write_all(fd, chunk[: size - offset])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_file(path: str, data: bytes) -> None:
     """Create `path` (it must not exist yet) holding `data`, and close it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
