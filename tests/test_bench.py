@@ -28,8 +28,11 @@ RESULTS = [
     "read-seq-warm",
     "randread-p50",
     "randread-p99", "checkpoint-close", "checkpoint-durable",
+    "dataloader-epoch1",
+    "dataloader-epoch2",
 ]
-COLD = {"read-1t", "read-8t", "stat", "read-seq-cold", "randread-p50", "randread-p99"}
+COLD = {"read-1t", "read-8t", "stat", "read-seq-cold", "randread-p50", "randread-p99",
+        "dataloader-epoch1"}
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ NAME -> run(base, scale, progress) -> Results (columns are whatever the mode com
 
 from collections.abc import Callable, Iterable
 
-from aifs.bench import bigfile, checkpoint, remote, smallfiles
+from aifs.bench import bigfile, checkpoint, dataloader, remote, smallfiles
 from aifs.bench.workload import Results, Workload
 
 
@@ -25,7 +25,9 @@ def _index(workloads: Iterable[Workload]) -> dict[str, Workload]:
     return index
 
 
-WORKLOADS = _index([*smallfiles.WORKLOADS, *bigfile.WORKLOADS, *checkpoint.WORKLOADS])
+WORKLOADS = _index(
+    [*smallfiles.WORKLOADS, *bigfile.WORKLOADS, *checkpoint.WORKLOADS, *dataloader.WORKLOADS]
+)
 
 MODES: dict[str, Callable[[str, float, Callable[[str], None]], Results]] = {remote.NAME: remote.run}
 
