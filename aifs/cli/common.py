@@ -1,8 +1,10 @@
 """Helpers every sub-command shares: loading the config, failing with a clear message."""
 
+import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -32,3 +34,10 @@ state_dir_option = click.option(
     "--state-dir", type=click.Path(path_type=Path, file_okay=False),
     help="Override volume.state_dir (metadata, tiers and log of the volume).",
 )
+
+
+def line_printer(as_json: bool) -> Callable[[Any], None]:
+    """Print report items (findings, summaries) as text lines or as JSON objects, one per line."""
+    if as_json:
+        return lambda item: click.echo(json.dumps(item.as_json()))
+    return lambda item: click.echo(item.line())

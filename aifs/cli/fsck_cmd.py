@@ -1,13 +1,12 @@
 """`aifs fsck`: check a volume offline, and repair what can be repaired."""
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from aifs.cli.common import EXIT_USAGE, config_option, fail, load_or_exit, state_dir_option
-from aifs.fsck import Finding, FsckError, Summary, run_fsck
+from aifs.cli.common import EXIT_USAGE, config_option, fail, line_printer, load_or_exit, state_dir_option
+from aifs.fsck import FsckError, run_fsck
 
 
 @click.command()
@@ -25,18 +24,10 @@ def fsck(config_path: Path | None, state_dir: Path | None, repair: bool, verify:
     repaired), 1 problems remain, 2 the check could not run (bad config, no volume, mounted).
     """
     config = load_or_exit(config_path, state_dir)
-    show = _json_line if as_json else _text_line
+    show = line_printer(as_json)
     try:
         summary = run_fsck(config, repair=repair, verify=verify, emit=show)
     except FsckError as e:
         fail(str(e), EXIT_USAGE)
     show(summary)
     sys.exit(summary.exit_code)
-
-
-def _text_line(item: Finding | Summary) -> None:
-    click.echo(item.line())
-
-
-def _json_line(item: Finding | Summary) -> None:
-    click.echo(json.dumps(item.as_json()))

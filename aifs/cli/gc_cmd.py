@@ -1,13 +1,12 @@
 """`aifs gc`: find, and with --delete remove, objects in the durable tier that nothing uses."""
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from aifs.cli.common import EXIT_USAGE, config_option, fail, load_or_exit, state_dir_option
-from aifs.gc import GcError, GcReport, Stray, run_gc
+from aifs.cli.common import EXIT_USAGE, config_option, fail, line_printer, load_or_exit, state_dir_option
+from aifs.gc import GcError, run_gc
 
 
 @click.command()
@@ -24,21 +23,13 @@ def gc(config_path: Path | None, state_dir: Path | None, delete: bool, as_json: 
     Blocks retired by overwrite or unlink are left to the mount, which deletes them after
     writeback.garbage_grace; run `aifs fsck --repair` first so that block refs of lost
     inodes are dropped and their objects count as unreferenced. Exit status: 0 done,
-    1 some object could not be sized or deleted, 2 gc could not run.
+    1 some object could not be deleted, 2 gc could not run.
     """
     config = load_or_exit(config_path, state_dir)
-    show = _json_line if as_json else _text_line
+    show = line_printer(as_json)
     try:
         report = run_gc(config, delete=delete, emit=show)
     except GcError as e:
         fail(str(e), EXIT_USAGE)
     show(report)
     sys.exit(report.exit_code)
-
-
-def _text_line(item: Stray | GcReport) -> None:
-    click.echo(item.line())
-
-
-def _json_line(item: Stray | GcReport) -> None:
-    click.echo(json.dumps(item.as_json()))

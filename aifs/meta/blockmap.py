@@ -42,6 +42,22 @@ class BlockMapOps:
         node = txn.touch(ino, mtime=mtime_ns is None)
         if mtime_ns is not None:
             node.mtime_ns = mtime_ns
+        self._finish(txn, node, size, self._replace_refs(txn, ino, refs))
+        return node
+
+    def truncate(self, ino: int, size: int, cut: tuple[int, BlockRef] | None) -> Inode:
+        """Set the size; blocks past the end are retired, `cut` replaces the partial last block."""
+        txn = Txn(self.kv)
+        node = txn.touch(ino)
+        keep = -(-size // self.block_size)
+        delta = -self.retire_blocks(txn, ino, keep)
+        if cut is not None:
+            delta += self._replace_refs(txn, ino, dict([cut]))
+        self._finish(txn, node, size, delta)
+        return node
+
+    def _replace_refs(self, txn: Txn, ino: int, refs: dict[int, BlockRef]) -> int:
+        """Point blocks at new objects, retiring the old ones; returns the change in bytes held."""
         old = self.block_refs(ino, refs)
         delta = 0
         for index, ref in refs.items():
@@ -50,31 +66,14 @@ class BlockMapOps:
             txn.batch.put(keys.block(ino, index), ref.encode())
             queue_upload(txn.batch, ref)
             delta += ref.length
+        return delta
+
+    def _finish(self, txn: Txn, node: Inode, size: int, delta: int) -> None:
+        """Set the size and bytes held of the file and the volume, and commit."""
         node.size = size
         node.alloc += delta
         self.usage.add(txn.batch, nbytes=delta)
         txn.commit()
-        return node
-
-    def truncate(self, ino: int, size: int, cut: tuple[int, BlockRef] | None) -> Inode:
-        """Set the size; blocks past the end are retired, `cut` replaces the partial last block."""
-        txn = Txn(self.kv)
-        node = txn.touch(ino)
-        keep = -(-size // self.block_size)
-        freed = self.retire_blocks(txn, ino, keep)
-        if cut is not None:
-            index, ref = cut
-            old = self.block_refs(ino, [index])
-            if index in old:
-                freed += self._retire(txn, old[index])
-            txn.batch.put(keys.block(ino, index), ref.encode())
-            queue_upload(txn.batch, ref)
-            freed -= ref.length
-        node.size = size
-        node.alloc -= freed
-        self.usage.add(txn.batch, nbytes=-freed)
-        txn.commit()
-        return node
 
     def retire_blocks(self, txn: Txn, ino: int, first_index: int) -> int:
         """Drop every block ref of `ino` from `first_index` on; returns the bytes they held."""

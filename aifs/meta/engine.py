@@ -89,9 +89,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
             return node.parent, txn.inode(node.parent)
         if len(name) > NAME_MAX:
             raise FsError(errno.ENAMETOOLONG, f"name of {len(name)} bytes exceeds {NAME_MAX}")
-        ino = txn.dentry(parent, name)
-        if ino is None:
-            raise FsError(errno.ENOENT, f"no entry {name!r} in directory {parent}")
+        ino = self._existing(txn, parent, name)
         return ino, txn.inode(ino)
 
     def readdir(self, parent: int, after: bytes | None = None) -> Iterator[tuple[bytes, int]]:

@@ -264,7 +264,7 @@ class TierManager:
 
         The staged copy is verified first: a rotten copy must never become the durable one.
         """
-        data = await self._io(INLINE_BYTES + 1, self.nvme.get, block_id)
+        data = await trio.to_thread.run_sync(self.nvme.get, block_id, limiter=self._io_limiter)
         if data is None:
             raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
         if checksum(data) != expected:
