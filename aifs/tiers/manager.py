@@ -225,9 +225,10 @@ class TierManager:
 
     # -- writes ------------------------------------------------------------
 
-    async def stage(self, block_id: int, data: bytes | bytearray) -> int:
-        """Land a new block on NVMe as dirty (it is not yet in the cold tier) and in RAM;
-        returns its checksum, computed beside the write (off the loop for large blocks).
+    async def stage(self, block_id: int, data: bytes | bytearray | memoryview, cache: bool = True) -> int:
+        """Land a new block on NVMe as dirty (it is not yet in the cold tier), and with
+        `cache` in RAM (only bytes that are never changed afterwards); returns its
+        checksum, computed beside the write (off the loop for large blocks).
 
         When staging is full of dirty blocks the writer waits for uploads to make
         room, up to `dirty_wait` seconds, then gets ENOSPC.
@@ -246,12 +247,13 @@ class TierManager:
                     log.warning("writer waits for uploads to drain: %s", e)
                     warned = True
                 await trio.sleep(STAGING_POLL_S)
-        self.ram.put(block_id, data)
+        if cache:
+            self.ram.put(block_id, data)
         if self.only_copy:
             self._offer_staged(block_id)
         return digest
 
-    def _stage_dirty(self, block_id: int, data: bytes | bytearray) -> int:
+    def _stage_dirty(self, block_id: int, data: bytes | bytearray | memoryview) -> int:
         self.nvme.put(block_id, data, True)
         return checksum(data)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aifs.tiers.files import libc, sync_dir
+from aifs.tiers.files import libc, start_writeback, sync_dir
 
 HEADER = struct.Struct("<4sB3xQQ")
 MAGIC = b"AIFB"
@@ -131,6 +131,7 @@ class SegmentLog:
                 raise
             segment.size += record
             segment.live += 1
+        start_writeback(segment.fd, offset, record)
         return Location(segment.number, offset + HEADER.size, len(data))
 
     def _writable(self, record: int) -> _Segment:

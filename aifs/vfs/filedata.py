@@ -11,6 +11,7 @@ from collections.abc import Callable
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.manager import TierManager
+from aifs.vfs.blockbuffer import BlockBuffer, BufferPool
 from aifs.vfs.heat import HeatMap
 from aifs.vfs.openfile import OpenFile
 from aifs.vfs.prefetch import Prefetcher
@@ -22,16 +23,20 @@ class FileData:
     def __init__(
         self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[BlockRef]], None],
         added: Callable[[int, list[BlockRef]], None] | None = None, prefetch: Prefetcher | None = None,
+        keep_in_ram: Callable[[int], bool] | None = None,
     ) -> None:
         """`staged` learns of new blocks to upload; `added` of the file they now belong to (pins);
-        `prefetch` fetches blocks ahead of sequential readers."""
+        `prefetch` fetches blocks ahead of sequential readers; `keep_in_ram` names the files
+        whose new blocks the RAM tier must hold (pinned there)."""
         self.meta = meta
         self.tiers = tiers
         self._staged = staged
         self._added = added or (lambda ino, refs: None)
+        self._keep_in_ram = keep_in_ram or (lambda ino: False)
         self.prefetch = prefetch
         self.heat = HeatMap()
         self.bs = meta.block_size
+        self.buffers = BufferPool(self.bs)
 
     async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
         data = await self.tiers.read(ref.block_id, ref.checksum, ref.length, promote)
@@ -52,7 +57,7 @@ class FileData:
         spans = self._spans(offset, end)
         dirty = of.dirty if of is not None else {}
         # Copied before the first await: a write may grow or seal these buffers meanwhile.
-        unsealed = {i: bytes(dirty[i][lo:hi]) for i, lo, hi in spans if i in dirty}
+        unsealed = {i: dirty[i].copy(lo, hi) for i, lo, hi in spans if i in dirty}
         refs = self.meta.block_refs(ino, (i for i, _, _ in spans if i not in unsealed))
         self.heat.read(ino, [ref.block_id for ref in refs.values()])
         if of is not None and of.readahead is not None and self.prefetch is not None:
@@ -101,9 +106,7 @@ class FileData:
             index, within = divmod(offset + pos, self.bs)
             count = min(self.bs - within, len(view) - pos)
             buf = await self._buffer(of, index, within, count)
-            if len(buf) < within:
-                buf.extend(bytes(within - len(buf)))
-            buf[within:within + count] = view[pos:pos + count]
+            buf.write(within, view[pos:pos + count])
             if len(buf) == self.bs:
                 full.append(index)
             pos += count
@@ -114,16 +117,16 @@ class FileData:
         if full:
             await self.seal(of, full)
 
-    async def _buffer(self, of: OpenFile, index: int, within: int, count: int) -> bytearray:
+    async def _buffer(self, of: OpenFile, index: int, within: int, count: int) -> BlockBuffer:
         buf = of.dirty.get(index)
         if buf is not None:
             return buf
-        buf = bytearray()
+        content: bytes | memoryview = b""
         if within > 0 or count < self.bs:
             ref = self.meta.block_refs(of.ino, [index]).get(index)
             if ref is not None:
-                buf[:] = await self._object(ref)
-        of.dirty[index] = buf
+                content = await self._object(ref)
+        buf = of.dirty[index] = BlockBuffer(self.buffers, content)
         return buf
 
     async def seal(self, of: OpenFile, indexes: list[int] | None = None) -> None:
@@ -134,27 +137,36 @@ class FileData:
         refs = {}
         for index in indexes:
             buf = of.dirty[index]
-            del buf[max(of.size - index * self.bs, 0):]
-            # The buffer itself becomes the block (no copy): it leaves `dirty` below and is
-            # never written again, so the bytes behind the new block id never change.
-            refs[index] = await self._stage(buf)
+            buf.truncate(max(of.size - index * self.bs, 0))
+            refs[index] = await self._stage_buffer(buf, self._keep_in_ram(of.ino))
             of.unsynced.append(refs[index].block_id)
         self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
         self._staged(list(refs.values()))
         self._added(of.ino, list(refs.values()))
         for index in indexes:
-            del of.dirty[index]
+            of.dirty.pop(index).release()
 
-    async def _stage(self, data: bytes | bytearray) -> BlockRef:
+    async def _stage_buffer(self, buf: BlockBuffer, keep: bool) -> BlockRef:
+        """Stage a buffer's bytes. A small buffer's bytearray itself becomes the block kept
+        in RAM: it leaves `dirty` after the commit and is never written again. A pooled one
+        is reused, so RAM gets a copy only when it must `keep` the block; otherwise the
+        bytes stay in the page caches of the file and of the NVMe segment anyway."""
+        if not buf.pooled:
+            return await self._stage(buf.data)
+        if keep:
+            return await self._stage(bytes(buf.view()))
+        return await self._stage(buf.view(), cache=False)
+
+    async def _stage(self, data: bytes | bytearray | memoryview, cache: bool = True) -> BlockRef:
         block_id = self.meta.block_ids.next()
-        digest = await self.tiers.stage(block_id, data)
+        digest = await self.tiers.stage(block_id, data, cache)
         return BlockRef(block_id, 0, len(data), digest)
 
     async def truncate(self, ino: int, of: OpenFile | None, size: int) -> None:
         """Set the size; the block cut in the middle is rewritten so no stale bytes remain past it."""
         if of is not None:
             for index in [i for i in of.dirty if i * self.bs >= size]:
-                del of.dirty[index]
+                of.dirty.pop(index).release()
             await self.seal(of)
         cut = None
         keep = size % self.bs

@@ -2,6 +2,7 @@
 
 import trio
 
+from aifs.vfs.blockbuffer import BlockBuffer
 from aifs.vfs.readahead import Readahead
 
 
@@ -18,7 +19,7 @@ class OpenFile:
         self.ino = ino
         self.size = size
         self.handles = 0
-        self.dirty: dict[int, bytearray] = {}
+        self.dirty: dict[int, BlockBuffer] = {}
         self.unsynced: list[int] = []
         self.mtime_ns: int | None = None
         self.last_block: int | None = None

@@ -66,7 +66,8 @@ class Volume:
         )
         self.pinner = Pinner(self.meta, self.tiers)
         self.prefetch = Prefetcher(self.tiers, self.spawn)
-        self.data = FileData(self.meta, self.tiers, self.uploader.enqueue, self.pinner.blocks_added, self.prefetch)
+        self.data = FileData(self.meta, self.tiers, self.uploader.enqueue, self.pinner.blocks_added, self.prefetch,
+                             lambda ino: self.pinner.pins.get(ino) == "ram")
         self._nursery: trio.Nursery | None = None
         self.gc = GarbageCollector(self.meta, self.tiers)
         self._sync_meta = GroupCommit(self.meta.sync)
