@@ -440,6 +440,7 @@ class Rule(_Table):
     durability: Literal["local", "remote"] = "local"
     pin: Literal["ram", "nvme"] | None = None
     readahead: Size | None = None
+    fetch: Literal["range", "block"] = "range"
 
     def matches(self, path: str) -> bool:
         """`**` crosses '/', `*` and `?` stay inside one name."""

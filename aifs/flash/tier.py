@@ -125,11 +125,29 @@ class RemoteFlashTier:
         block_id = self._key(block_id)
         if self._ec is not None:
             return self._get_shards(block_id)
+        return self._first_replica(block_id, lambda c, t: c.read(block_id, t))
+
+    def _first_replica(self, block_id: int, request: Callable[[Connection, float], bytes]) -> bytes | None:
+        """The answer of the first replica, in ring order, that has the block."""
         for handle in self._replica_set(block_id):
-            data = self._ask(handle, block_id, lambda c, t: c.read(block_id, t))
+            data = self._ask(handle, block_id, request)
             if data is not None:
                 return data
         return None
+
+    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+        """Part of a block, unverified (the caller checks its chunk checksums); erasure-coded
+        blocks are rebuilt whole first, since their bytes are spread over every shard."""
+        if self._ec is not None:
+            data = self.get(block_id)
+            return None if data is None else data[offset:offset + length]
+        block_id = self._key(block_id)
+
+        def read(connection: Connection, timeout: float) -> bytes:
+            buf = bytearray(length)
+            return bytes(memoryview(buf)[:connection.read_into(block_id, buf, offset, timeout)])
+
+        return self._first_replica(block_id, read)
 
     def _get_shards(self, block_id: int) -> bytes | None:
         """Read k shards; if some fail, read the others, and rebuild from any k."""

@@ -53,9 +53,11 @@ class BlockRef:
     offset: int
     length: int
     checksum: int
+    sums: bytes = b""  # per-chunk checksums of the object (aifs.tiers.checksum), for ranged reads
 
     def encode(self) -> bytes:
-        return msgpack.packb((self.block_id, self.offset, self.length, self.checksum))
+        fields = (self.block_id, self.offset, self.length, self.checksum)
+        return msgpack.packb((*fields, self.sums) if self.sums else fields)
 
     @classmethod
     def decode(cls, data: bytes) -> "BlockRef":

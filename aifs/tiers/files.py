@@ -17,12 +17,24 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
     libc.sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
-def read_file(path: Path) -> bytes | None:
+def read_file(path: Path, offset: int = 0, length: int = -1) -> bytes | None:
+    """The file's bytes (`length` of them from `offset`), or None when it does not exist."""
     try:
         with open(path, "rb", buffering=0) as f:
-            return f.read()
+            if offset:
+                f.seek(offset)
+            return f.readall() if length < 0 else _read_up_to(f, length)
     except FileNotFoundError:
         return None
+
+
+def _read_up_to(f, length: int) -> bytes:
+    """`length` bytes, fewer only at the end of the file (a raw read may return short)."""
+    parts = []
+    while length > 0 and (part := f.read(length)):
+        parts.append(part)
+        length -= len(part)
+    return b"".join(parts)
 
 
 def write_file(path: Path, data: bytes) -> int:

@@ -19,7 +19,7 @@ tier's low latency, does not wait for a local disk write.
 import errno
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -28,8 +28,9 @@ import trio
 from aifs.errors import FsError
 from aifs.metrics.tiers import observe_tier_read
 from aifs.flash.background import BackgroundCalls, RemoteUsage
-from aifs.tiers.checksum import CorruptBlock, checksum
+from aifs.tiers.checksum import CorruptBlock, checksum, chunk_span, chunk_sums, chunks_match
 from aifs.tiers.nvme import NvmeTier, StagingFull
+from aifs.tiers.priority import Priority, PriorityLimiter, Ticket
 from aifs.tiers.protocol import ColdTier, Tier
 from aifs.tiers.ram import RamTier
 
@@ -37,7 +38,9 @@ log = logging.getLogger(__name__)
 
 INLINE_BYTES = 256 << 10
 STAGING_POLL_S = 0.05
+RESERVED_FOR_DEMAND = 0.25  # of each back end's slots: background work never takes these
 T = TypeVar("T")
+Span = tuple[int, int] | None  # (offset, length) of a ranged read; None: the whole object
 
 
 class RemoteTier(Tier, Protocol):
@@ -58,9 +61,14 @@ class TierStats:
 
 @dataclass
 class _Flight:
+    ticket: Ticket
     done: trio.Event = field(default_factory=trio.Event)
     data: bytes | None = None
     error: FsError | None = None
+
+
+def _limiter(slots: int) -> PriorityLimiter:
+    return PriorityLimiter(slots, max(1, int(slots * RESERVED_FOR_DEMAND)))
 
 
 class TierManager:
@@ -74,9 +82,9 @@ class TierManager:
         self.dirty_wait = dirty_wait
         self.ram, self.nvme, self.cold, self.remote = ram, nvme, cold, remote
         self.only_copy = only_copy
-        self._io_limiter = trio.CapacityLimiter(io_threads)
-        self._cold_limiter = trio.CapacityLimiter(cold_threads)
-        self._remote_limiter = trio.CapacityLimiter(remote_threads)
+        self._io_limiter = _limiter(io_threads)
+        self._cold_limiter = _limiter(cold_threads)
+        self._remote_limiter = _limiter(remote_threads)
         self.background: BackgroundCalls | None = None  # offers, unpins, usage refreshes
         self.fills: BackgroundCalls | None = None       # NVMe copies of blocks found remotely
         self._remote_usage: RemoteUsage | None = None
@@ -85,7 +93,7 @@ class TierManager:
             self.fills = BackgroundCalls(workers=1, name="aifs-fill")
             self._remote_usage = RemoteUsage(remote, self.background, remote_capacity)
         self.stats = {tier.name: TierStats() for tier in self.tiers}
-        self._flights: dict[int, _Flight] = {}
+        self._flights: dict[Hashable, _Flight] = {}  # by block id, or (block id, start, end) for ranges
         self.last_stage = float("-inf")
 
     @property
@@ -98,101 +106,149 @@ class TierManager:
     def _below_ram(self) -> tuple[Tier, ...]:
         return (self.nvme, self.cold) if self.remote is None else (self.nvme, self.remote, self.cold)
 
-    async def _io(self, nbytes: int, fn: Callable[..., T], *args) -> T:
+    async def _io(self, nbytes: int, fn: Callable[..., T], *args, ticket: Ticket | None = None) -> T:
         """Local I/O: small inline (a thread hop costs more), large on the I/O threads."""
         if nbytes <= INLINE_BYTES:
             return fn(*args)
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._io_limiter)
+        return await self._io_limiter.run(ticket or Ticket(Priority.DEMAND), fn, *args)
 
-    async def _cold_io(self, fn: Callable[..., T], *args) -> T:
+    async def _cold_io(self, ticket: Ticket, fn: Callable[..., T], *args) -> T:
         """The cold tier may be a network away (S3): always off the event loop."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._cold_limiter)
+        return await self._cold_limiter.run(ticket, fn, *args)
 
-    async def _remote_io(self, fn: Callable[..., T], *args) -> T:
+    async def _remote_io(self, ticket: Ticket, fn: Callable[..., T], *args) -> T:
         """The remote tier may wait up to its read bound on a dead server: always off the event loop."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._remote_limiter)
+        return await self._remote_limiter.run(ticket, fn, *args)
 
-    async def _get(self, tier: Tier, block_id: int, length: int) -> bytes | None:
-        """A tier's copy, or None when it has none or cannot be reached (logged); timed for metrics."""
+    async def _get(self, tier: Tier, block_id: int, length: int, ticket: Ticket, span: Span = None) -> bytes | None:
+        """A tier's copy (of `span`, or the whole object), or None when it has none or cannot
+        be reached (logged); timed for metrics."""
         started = time.perf_counter()
+        call = (tier.get, block_id) if span is None else (tier.get_range, block_id, *span)
         try:
-            return await self._get_from(tier, block_id, length)
+            return await self._get_from(tier, length if span is None else span[1], ticket, call)
         finally:
             observe_tier_read(tier.name, time.perf_counter() - started)
 
-    async def _get_from(self, tier: Tier, block_id: int, length: int) -> bytes | None:
+    async def _get_from(self, tier: Tier, nbytes: int, ticket: Ticket, call: tuple) -> bytes | None:
         if tier is self.remote:
-            return await self._remote_get(block_id)
+            return await self._remote_get(ticket, call)
         try:
             if tier is self.cold:
-                return await self._cold_io(tier.get, block_id)
-            return await self._io(length, tier.get, block_id)
+                return await self._cold_io(ticket, *call)
+            return await self._io(nbytes, *call, ticket=ticket)
         except OSError as e:
-            log.error("reading block %016x from tier %s failed: %s", block_id, tier.name, e)
+            log.error("reading block %016x from tier %s failed: %s", call[1], tier.name, e)
             return None
 
-    async def _remote_get(self, block_id: int) -> bytes | None:
+    async def _remote_get(self, ticket: Ticket, call: tuple) -> bytes | None:
         """Whatever goes wrong in a cache is a miss: the read goes on to the cold tier."""
-        assert self.remote is not None
         try:
-            return await self._remote_io(self.remote.get, block_id)
+            return await self._remote_io(ticket, *call)
         except Exception as e:  # noqa: BLE001 - a broken cache must never fail a read
-            log.warning("reading block %016x from the remote tier failed, reading further down: %r", block_id, e)
+            log.warning("reading block %016x from the remote tier failed, reading further down: %r", call[1], e)
             return None
 
     # -- reads -------------------------------------------------------------
 
-    async def read(self, block_id: int, expected: int, length: int, promote: bool = True) -> bytes:
+    async def read(self, block_id: int, expected: int, length: int, promote: bool = True,
+                   priority: Priority = Priority.DEMAND) -> bytes:
         """The whole object `block_id`, verified; raises FsError(EIO) when no tier has it intact.
 
-        Readers of a block being fetched wait for that fetch; if its reader was
-        cancelled rather than failed, the next waiter fetches again.
+        Readers of a block being fetched wait for that fetch (raising its priority to
+        theirs); if its reader was cancelled rather than failed, the next one fetches again.
         """
         while True:
             data = self.ram.get(block_id, promote)
             if data is not None:
                 self._count(self.ram, data)
                 return data
-            flight = self._flights.get(block_id)
-            if flight is None:
-                return await self._lead_fetch(block_id, expected, length)
+            data = await self._single_flight(
+                block_id, priority, lambda ticket: self._fetch(block_id, expected, length, ticket))
+            if data is not None:
+                return data
+
+    async def read_range(self, block_id: int, length: int, sums: bytes, lo: int, hi: int,
+                         priority: Priority = Priority.DEMAND) -> bytes:
+        """Bytes [lo, hi) of object `block_id` (`length` bytes, chunk checksums `sums`).
+
+        A whole copy in RAM, or a whole fetch already under way, serves it; otherwise
+        only the chunks covering the range are read from the first tier that has the
+        block, verified chunk by chunk, and nothing is cached: the kernel's page cache
+        keeps the pages, and heat decides whether the whole block is worth fetching.
+        """
+        start, end = chunk_span(lo, hi, length)
+        while True:
+            data = self.ram.get(block_id, promote=False)
+            if data is None and block_id in self._flights:
+                data = await self._single_flight(block_id, priority, None)
+            if data is not None:
+                self._count(self.ram, data)
+                return bytes(memoryview(data)[lo:hi])
+            data = await self._single_flight(
+                (block_id, start, end), priority, lambda t: self._fetch_range(block_id, sums, start, end, t))
+            if data is not None:
+                return bytes(memoryview(data)[lo - start:hi - start])
+
+    async def _single_flight(self, key: Hashable, priority: Priority,
+                             fetch: Callable[[Ticket], Awaitable[bytes]] | None) -> bytes | None:
+        """The result of the one fetch of `key` in flight, led by this caller if none is
+        (None: the flight it waited for was cancelled, or there was none to join)."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            flight.ticket.urge(priority)
             await flight.done.wait()
-            if flight.data is not None:
-                return flight.data
             if flight.error is not None:
                 raise flight.error
-
-    async def _lead_fetch(self, block_id: int, expected: int, length: int) -> bytes:
-        flight = self._flights[block_id] = _Flight()
+            return flight.data
+        if fetch is None:
+            return None
+        flight = self._flights[key] = _Flight(Ticket(priority))
         try:
-            flight.data = await self._fetch(block_id, expected, length)
+            flight.data = await fetch(flight.ticket)
             return flight.data
         except FsError as e:
             flight.error = e
             raise
         finally:
-            del self._flights[block_id]
+            del self._flights[key]
             flight.done.set()
 
-    async def _fetch(self, block_id: int, expected: int, length: int) -> bytes:
+    async def _fetch(self, block_id: int, expected: int, length: int, ticket: Ticket) -> bytes:
         for tier in self._below_ram:
-            data = await self._get(tier, block_id, length)
+            data = await self._get(tier, block_id, length, ticket)
             if data is None:
                 continue
             if checksum(data) != expected:
-                log.error("%s; trying the next copy", CorruptBlock(block_id, tier.name))
-                if tier is self.nvme:
-                    self.nvme.delete(block_id)
+                self._corrupt(block_id, tier)
                 continue
             self._count(tier, data)
             if tier is self.remote and self.fills is not None:
                 self.fills.submit(self.nvme.put, block_id, data, nbytes=len(data))
             elif tier is self.cold:
-                await self._io(length, self.nvme.put, block_id, data)
+                await self._io(length, self.nvme.put, block_id, data, ticket=ticket)
                 self._offer(block_id, data)
             self.ram.put(block_id, data)
             return data
         raise FsError(errno.EIO, f"block {block_id:016x} is missing or corrupt in every tier")
+
+    async def _fetch_range(self, block_id: int, sums: bytes, start: int, end: int, ticket: Ticket) -> bytes:
+        for tier in self._below_ram:
+            data = await self._get(tier, block_id, end - start, ticket, (start, end - start))
+            if data is None:
+                continue
+            if len(data) != end - start or not chunks_match(data, start, sums):
+                self._corrupt(block_id, tier)
+                continue
+            self._count(tier, data)
+            return data
+        raise FsError(errno.EIO, f"bytes {start}-{end} of block {block_id:016x} are missing or corrupt in every tier")
+
+    def _corrupt(self, block_id: int, tier: Tier) -> None:
+        """Never served: logged by block and tier; a rotten NVMe copy is dropped so it is fetched again."""
+        log.error("%s; trying the next copy", CorruptBlock(block_id, tier.name))
+        if tier is self.nvme:
+            self.nvme.delete(block_id)
 
     def _count(self, tier: Tier, data: bytes) -> None:
         stats = self.stats[tier.name]
@@ -225,10 +281,11 @@ class TierManager:
 
     # -- writes ------------------------------------------------------------
 
-    async def stage(self, block_id: int, data: bytes | bytearray | memoryview, cache: bool = True) -> int:
+    async def stage(self, block_id: int, data: bytes | bytearray | memoryview,
+                    cache: bool = True) -> tuple[int, bytes]:
         """Land a new block on NVMe as dirty (it is not yet in the cold tier), and with
         `cache` in RAM (only bytes that are never changed afterwards); returns its
-        checksum, computed beside the write (off the loop for large blocks).
+        checksum and chunk checksums, computed beside the write (off the loop for large blocks).
 
         When staging is full of dirty blocks the writer waits for uploads to make
         room, up to `dirty_wait` seconds, then gets ENOSPC.
@@ -238,7 +295,7 @@ class TierManager:
         warned = False
         while True:
             try:
-                digest = await self._io(len(data), self._stage_dirty, block_id, data)
+                staged = await self._io(len(data), self._stage_dirty, block_id, data)
                 break
             except StagingFull as e:
                 if trio.current_time() >= deadline:
@@ -251,32 +308,33 @@ class TierManager:
             self.ram.put(block_id, data)
         if self.only_copy:
             self._offer_staged(block_id)
-        return digest
+        return staged
 
-    def _stage_dirty(self, block_id: int, data: bytes | bytearray | memoryview) -> int:
+    def _stage_dirty(self, block_id: int, data: bytes | bytearray | memoryview) -> tuple[int, bytes]:
         self.nvme.put(block_id, data, True)
-        return checksum(data)
+        return checksum(data), chunk_sums(data)
 
     async def sync(self, block_ids: list[int]) -> None:
         if block_ids:
-            await trio.to_thread.run_sync(self.nvme.sync, block_ids, limiter=self._io_limiter)
+            await self._io_limiter.run(Ticket(Priority.DEMAND), self.nvme.sync, block_ids)
 
     async def upload(self, block_id: int, expected: int) -> int:
         """Copy a staged block to the cold tier (durable only after `uploads_durable`).
 
         The staged copy is verified first: a rotten copy must never become the durable one.
         """
-        data = await trio.to_thread.run_sync(self.nvme.get, block_id, limiter=self._io_limiter)
+        ticket = Ticket(Priority.UPLOAD)
+        data = await self._io_limiter.run(ticket, self.nvme.get, block_id)
         if data is None:
             raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
         if checksum(data) != expected:
             raise FsError(errno.EIO, str(CorruptBlock(block_id, self.nvme.name)))
-        await self._cold_io(self.cold.put, block_id, data)
+        await self._cold_io(ticket, self.cold.put, block_id, data)
         return len(data)
 
     async def uploads_durable(self, block_ids: list[int]) -> None:
         """Make uploaded blocks durable in the cold tier; from then on NVMe may evict them."""
-        await self._cold_io(self.cold.flush)
+        await self._cold_io(Ticket(Priority.UPLOAD), self.cold.flush)
         for block_id in block_ids:
             self.nvme.mark_clean(block_id)
         if self.remote is None or self.background is None:
@@ -295,12 +353,13 @@ class TierManager:
         """
         self.ram.delete(block_id)
         self.nvme.delete(block_id)
+        ticket = Ticket(Priority.UPLOAD)  # garbage is background work, like uploads
         if self.remote is not None:
             try:
-                await self._remote_io(self.remote.delete, block_id)
+                await self._remote_io(ticket, self.remote.delete, block_id)
             except Exception as e:  # noqa: BLE001 - see above
                 log.warning("deleting block %016x from the remote tier failed: %r", block_id, e)
-        await self._cold_io(self.cold.delete, block_id)
+        await self._cold_io(ticket, self.cold.delete, block_id)
 
     async def close(self) -> None:
         """Give queued offers a few seconds to reach the servers, then close the remote tier."""

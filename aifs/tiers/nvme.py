@@ -52,6 +52,10 @@ class NvmeTier:
         self._log.kill(location)
 
     def get(self, block_id: int) -> bytes | None:
+        return self.get_range(block_id, 0, None)
+
+    def get_range(self, block_id: int, offset: int, length: int | None) -> bytes | None:
+        """Bytes [offset, offset + length) of a block (to its end with None)."""
         with self._lock:
             location = self._index.get(block_id)
             if location is None:
@@ -59,7 +63,7 @@ class NvmeTier:
             if block_id in self._clean:
                 self._clean.move_to_end(block_id)
         try:
-            return self._log.read(location)
+            return self._log.read(location, offset, length)
         except (OSError, KeyError) as e:
             log.warning("block %016x vanished from NVMe while being read: %s", block_id, e)
             return None

@@ -33,6 +33,9 @@ class LocalObjectStore:
     def get(self, block_id: int) -> bytes | None:
         return read_file(self._path(block_id))
 
+    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+        return read_file(self._path(block_id), offset, length)
+
     def put(self, block_id: int, data: bytes) -> None:
         grown = len(data) - write_file(self._path(block_id), data)
         with self._used_lock:

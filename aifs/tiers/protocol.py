@@ -10,6 +10,10 @@ class Tier(Protocol):
     def get(self, block_id: int) -> bytes | None:
         """The whole object, or None when this tier does not hold it."""
 
+    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+        """`length` bytes from `offset` (fewer at the object's end), or None when it is absent.
+        The RAM tier, which always answers from a whole copy, need not have it."""
+
     def put(self, block_id: int, data: bytes) -> None: ...
 
     def delete(self, block_id: int) -> None: ...

@@ -142,8 +142,11 @@ class SegmentLog:
             self._unsynced_names = True
         return active
 
-    def read(self, location: Location) -> bytes:
-        return _read_exact(self._segments[location.segment].fd, location.length, location.offset)
+    def read(self, location: Location, offset: int = 0, length: int | None = None) -> bytes:
+        """The record's bytes, or `length` of them from `offset` (cut at the record's end)."""
+        offset = min(offset, location.length)
+        count = location.length - offset if length is None else min(length, location.length - offset)
+        return _read_exact(self._segments[location.segment].fd, count, location.offset + offset)
 
     def kill(self, location: Location) -> None:
         """Mark a record dead and give its space back."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
+from aifs.tiers.checksum import chunk_span
 from aifs.tiers.manager import TierManager
 from aifs.vfs.blockbuffer import BlockBuffer, BufferPool
 from aifs.vfs.heat import HeatMap
@@ -17,6 +18,7 @@ from aifs.vfs.openfile import OpenFile
 from aifs.vfs.prefetch import Prefetcher
 
 MAX_DIRTY_PER_FILE = 64 << 20
+PROMOTE_HEAT = 3.0  # ranged reads of one block (decaying) after which it is fetched whole
 
 
 class FileData:
@@ -60,14 +62,14 @@ class FileData:
         unsealed = {i: dirty[i].copy(lo, hi) for i, lo, hi in spans if i in dirty}
         refs = self.meta.block_refs(ino, (i for i, _, _ in spans if i not in unsealed))
         self.heat.read(ino, [ref.block_id for ref in refs.values()])
-        if of is not None and of.readahead is not None and self.prefetch is not None:
+        if of is not None and of.readahead is not None:
             self._read_ahead(of, offset, end, size_now)
         parts = []
         for index, lo, hi in spans:
             if index in unsealed:
                 chunk = unsealed[index]
             elif index in refs:
-                chunk = (await self._read_block(of, refs[index]))[lo:hi]
+                chunk = await self._read_block(of, refs[index], lo, hi)
             else:
                 chunk = b""
             parts.append(chunk)
@@ -81,21 +83,45 @@ class FileData:
         Started before the demand read awaits anything, so the demand fetch goes first.
         """
         ahead = of.readahead.access(offset, end, -(-size_now // self.bs))
-        if not ahead:
+        if not ahead or self.prefetch is None:
             return
         wanted = [i for i in ahead if i not in of.dirty]
         refs = self.meta.block_refs(of.ino, wanted)
         of.readahead.prefetched.update(self.prefetch.fetch(list(refs.values())))
 
-    async def _read_block(self, of: OpenFile | None, ref: BlockRef) -> memoryview:
-        """Only the first read of a block in a pass counts as a re-use for the RAM tier;
-        a block fetched ahead was not used yet, so its first read is no re-use either."""
+    async def _read_block(self, of: OpenFile | None, ref: BlockRef, lo: int, hi: int) -> bytes | memoryview:
+        """Bytes [lo, hi) of a block, from a whole copy or, for a small random read, from
+        only the chunks that hold them.
+
+        Only the first read of a block in a pass counts as a re-use for the RAM tier;
+        a block fetched ahead was not used yet, so its first read is no re-use either.
+        """
+        if of is not None and self._wants_range(of, ref, lo, hi):
+            return await self._read_range(ref, lo, hi)
         promote = of is None or of.last_block != ref.block_id
         if of is not None:
             if of.readahead is not None and of.readahead.first_read(ref.block_id):
                 promote = False
             of.last_block = ref.block_id
-        return await self._object(ref, promote)
+        return (await self._object(ref, promote))[lo:hi]
+
+    def _wants_range(self, of: OpenFile, ref: BlockRef, lo: int, hi: int) -> bool:
+        """A random read of less than half a block that has chunk checksums, where the
+        path's rule allows it (`fetch = "range"`, the default)."""
+        random = of.readahead is not None and of.readahead.window == 0
+        start, end = chunk_span(lo, min(hi, ref.length), ref.length)
+        return random and of.ranged and bool(ref.sums) and end - start <= ref.length // 2
+
+    async def _read_range(self, ref: BlockRef, lo: int, hi: int) -> bytes:
+        """The range alone; a block read this way often enough is fetched whole in the
+        background (heat-driven promotion), so that NVMe and RAM come to hold it."""
+        hi = min(hi, ref.length)
+        if lo >= hi:
+            return b""
+        data = await self.tiers.read_range(ref.block_id, ref.length, ref.sums, ref.offset + lo, ref.offset + hi)
+        if self.prefetch is not None and self.heat.blocks.value(ref.block_id) >= PROMOTE_HEAT:
+            self.prefetch.fetch([ref])
+        return data
 
     async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
         """Copy `data` into the block buffers; seal blocks that became full."""
@@ -159,8 +185,8 @@ class FileData:
 
     async def _stage(self, data: bytes | bytearray | memoryview, cache: bool = True) -> BlockRef:
         block_id = self.meta.block_ids.next()
-        digest = await self.tiers.stage(block_id, data, cache)
-        return BlockRef(block_id, 0, len(data), digest)
+        digest, sums = await self.tiers.stage(block_id, data, cache)
+        return BlockRef(block_id, 0, len(data), digest, sums)
 
     async def truncate(self, ino: int, of: OpenFile | None, size: int) -> None:
         """Set the size; the block cut in the middle is rewritten so no stale bytes remain past it."""

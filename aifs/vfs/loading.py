@@ -6,6 +6,7 @@ import trio
 
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.manager import TierManager
+from aifs.tiers.priority import Priority
 
 TIER_NAMES = ("ram", "nvme")
 
@@ -49,7 +50,7 @@ async def load_blocks(tiers: TierManager, refs: list[BlockRef], tier: str) -> Lo
         if target.contains(ref.block_id):
             done.warm += ref.length
             continue
-        data = await tiers.read(ref.block_id, ref.checksum, ref.length, promote=False)
+        data = await tiers.read(ref.block_id, ref.checksum, ref.length, promote=False, priority=Priority.WARMUP)
         if target is tiers.nvme and not tiers.nvme.contains(ref.block_id):
             await trio.to_thread.run_sync(tiers.nvme.put, ref.block_id, data)
         done.loaded += ref.length

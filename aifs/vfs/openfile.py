@@ -12,7 +12,8 @@ class OpenFile:
     `dirty` holds blocks written but not yet sealed; `unsynced` lists block ids
     staged since the last fsync; `last_block` is the block read last, so that a
     pass reading one block in pieces counts as one use. `lock` orders writes,
-    seals and truncates. `readahead` follows the access pattern (None: no readahead).
+    seals and truncates. `readahead` follows the access pattern (None: no readahead);
+    `ranged` is the path's rule on small random reads (fetch chunks, or whole blocks).
     """
 
     def __init__(self, ino: int, size: int) -> None:
@@ -24,6 +25,7 @@ class OpenFile:
         self.mtime_ns: int | None = None
         self.last_block: int | None = None
         self.readahead: Readahead | None = None
+        self.ranged = True  # small random reads may fetch chunks instead of whole blocks
         self.lock = trio.Lock()
 
     @property

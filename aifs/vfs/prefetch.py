@@ -12,6 +12,7 @@ from collections.abc import Callable
 from aifs.errors import FsError
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.manager import TierManager
+from aifs.tiers.priority import Priority
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class Prefetcher:
 
     async def _one(self, ref: BlockRef) -> None:
         try:
-            await self.tiers.read(ref.block_id, ref.checksum, ref.length, promote=False)
+            await self.tiers.read(ref.block_id, ref.checksum, ref.length, promote=False, priority=Priority.READAHEAD)
         except FsError as e:  # the demand read will retry and report it
             log.debug("readahead of block %016x failed: %s", ref.block_id, e)
         finally:

@@ -162,6 +162,7 @@ class Volume:
         if of.readahead is None:
             limit = rule.readahead if rule is not None and rule.readahead is not None else DEFAULT_LIMIT
             of.readahead = Readahead(self.meta.block_size, limit)
+            of.ranged = rule is None or rule.fetch == "range"
         if rule is not None and rule.pin is not None and self.pinner.pin_by_rule(ino, rule.pin):
             self.spawn(self.pinner.load, ino)
         return of
