@@ -325,3 +325,14 @@ def make_sample_tree(root: Path, seed: str = "tree") -> None:
         t = 1_600_000_000 + random.Random(f"{seed}:{rel}").randrange(10_000_000)
         os.utime(p, ns=(t * 10**9, t * 10**9), follow_symlinks=False)
     os.utime(root, ns=(1_600_000_000 * 10**9,) * 2)
+
+
+def random_page_reads(path: os.PathLike | str, offsets: list[int], size: int = 4096) -> list[bytes]:
+    """One pread of `size` at each offset, as a random reader does: the kernel is told the
+    access is random, so it reads nothing ahead and each pread reaches the filesystem."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        return [os.pread(fd, size, offset) for offset in offsets]
+    finally:
+        os.close(fd)

@@ -18,7 +18,7 @@ from aifs.vfs.openfile import OpenFile
 from aifs.vfs.prefetch import Prefetcher
 
 MAX_DIRTY_PER_FILE = 64 << 20
-PROMOTE_HEAT = 3.0  # ranged reads of one block (decaying) after which it is fetched whole
+PROMOTE_HEAT = 2.5  # about three ranged reads of one block within minutes: fetch it whole
 
 
 class FileData:

@@ -17,12 +17,13 @@ import time
 import pytest
 import trio
 from conftest import Volume, aifs_cli  # tests/conftest.py: mount, umount and cleanup of one volume
+from tests.helpers import random_page_reads
 
 from aifs.flash.background import BackgroundCalls
 from aifs.flash.tier import RemoteFlashTier
 from aifs.rdma.tcp import TcpTransport
 from aifs.rdma.transport import Address
-from aifs.tiers.checksum import checksum
+from aifs.tiers.checksum import CHUNK, checksum
 from aifs.tiers.manager import TierManager
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
@@ -151,6 +152,29 @@ def test_files_come_back_from_flash_after_local_tiers_are_wiped(tmp_path, flash_
         servers[0].kill()
         remount_with_nvme_wiped(volume)
         assert_read_from_remote(volume, files)  # every block still has a copy or k shards
+    finally:
+        volume.close()
+
+
+def test_random_pages_read_one_chunk_each_from_flash(tmp_path, flash_servers):
+    """A small random read of a block held by flash servers reads only the chunk it needs."""
+    addresses = [s.address for s in flash_servers(2)]
+    volume = Volume(tmp_path / "vol")
+    volume.config.write_text(CONFIG.format(
+        state_dir=volume.state_dir, servers=", ".join(f'"{a}"' for a in addresses), placement="replicas = 2"))
+    data = os.urandom(8 * BLOCK)
+    try:
+        volume.mount()
+        (volume.path / "index.bin").write_bytes(data)
+        assert aifs_cli("sync", "--wait", str(volume.path)).returncode == 0
+        wait_until(lambda: server_objects(addresses) == 16, HOLD_TIMEOUT_S, "both copies of 8 blocks are held")
+        remount_with_nvme_wiped(volume)
+        offsets = [b * BLOCK + b * 4096 for b in (6, 1, 4, 2, 7)]  # jumps: never the next block
+        got = random_page_reads(volume.path / "index.bin", offsets)
+        assert got == [data[o:o + 4096] for o in offsets]
+        tiers = status(volume)["tiers"]
+        assert (tiers["remote"]["hits"], tiers["remote"]["bytes_read"]) == (5, 5 * CHUNK), tiers
+        assert tiers["objstore"]["bytes_read"] == 0, tiers
     finally:
         volume.close()
 

@@ -1,0 +1,64 @@
+"""Small random reads of a file held only in S3 fetch ranged GETs of the chunks they need, not
+whole blocks; a block read that way a few times is fetched whole in the background and then
+served locally; a path with `fetch = "block"` always fetches whole blocks."""
+
+import os
+
+from aifs.tiers.checksum import CHUNK
+from tests.helpers import random_page_reads
+
+from .helpers_mount import BLOCK, make_s3_volume, status, sync_wait, wait_for
+
+__all__ = ["make_s3_volume"]  # the fixture, imported so pytest finds it
+
+BLOCKS = 12
+PAGE = 4096
+
+
+def cold_file(make_s3_volume, moto_server, bucket, name: str, **setup) -> tuple:
+    """A volume whose file `name` lives only in the bucket (NVMe wiped, fresh mount)."""
+    volume = make_s3_volume(moto_server.endpoint, bucket, **setup)
+    volume.mount()
+    (volume.path / "block").mkdir()
+    data = os.urandom(BLOCKS * BLOCK)
+    (volume.path / name).write_bytes(data)
+    sync_wait(volume.path)
+    volume.reload_from_s3()
+    return volume, data
+
+
+def s3_read(volume) -> tuple[int, int]:
+    tier = status(volume.path)["tiers"]["s3"]
+    return tier["hits"], tier["bytes_read"]
+
+
+def test_random_pages_fetch_one_chunk_each(make_s3_volume, moto_server, bucket):
+    volume, data = cold_file(make_s3_volume, moto_server, bucket, "index.bin")
+    jumps = [1, 7, 3, 9, 5, 11, 2, 8, 4, 10, 6]  # never the same or the next block: a random reader
+    offsets = [b * BLOCK + (b * 37 % (BLOCK // PAGE)) * PAGE for b in jumps]
+    got = random_page_reads(volume.path / "index.bin", offsets)
+    assert got == [data[o:o + PAGE] for o in offsets]
+    assert s3_read(volume) == (len(offsets), len(offsets) * CHUNK), "one chunk per read, never a block"
+
+
+def test_a_block_read_often_is_fetched_whole_and_then_served_locally(make_s3_volume, moto_server, bucket):
+    volume, data = cold_file(make_s3_volume, moto_server, bucket, "hot.bin")
+    path = volume.path / "hot.bin"
+    hot = 5 * BLOCK
+    # three chunks of one block, with jumps elsewhere between them (else the reads would be sequential)
+    offsets = [hot + 100, 9 * BLOCK, hot + CHUNK + 100, 1 * BLOCK, hot + 2 * CHUNK + 100]
+    assert random_page_reads(path, offsets) == [data[o:o + PAGE] for o in offsets]
+    wait_for(lambda: s3_read(volume)[1] == 5 * CHUNK + BLOCK, "the hot block to be fetched whole")
+    before = s3_read(volume)
+    last = hot + BLOCK - PAGE
+    assert random_page_reads(path, [last]) == [data[last:last + PAGE]]
+    assert s3_read(volume) == before, "the promoted block is read locally"
+    assert status(volume.path)["tiers"]["ram"]["hits"] >= 1
+
+
+def test_a_block_rule_fetches_whole_blocks(make_s3_volume, moto_server, bucket):
+    volume, data = cold_file(make_s3_volume, moto_server, bucket, "block/data.bin",
+                             rules=[{"path": "/block/**", "fetch": "block"}])
+    offsets = [2 * BLOCK + 10 * PAGE, 7 * BLOCK + 3 * PAGE]
+    assert random_page_reads(volume.path / "block/data.bin", offsets) == [data[o:o + PAGE] for o in offsets]
+    assert s3_read(volume) == (2, 2 * BLOCK)
