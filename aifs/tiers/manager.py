@@ -353,6 +353,7 @@ class TierManager:
         """
         self.ram.delete(block_id)
         self.nvme.delete(block_id)
+        self.nvme.unpin([block_id])  # retired: unlike a rotten copy dropped for a refetch, it never returns
         ticket = Ticket(Priority.UPLOAD)  # garbage is background work, like uploads
         if self.remote is not None:
             try:

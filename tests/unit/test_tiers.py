@@ -410,6 +410,19 @@ async def test_stage_upload_durable_delete(tiers):
     assert not any(tier.contains(9) for tier in tiers.tiers)
 
 
+@trio_test
+async def test_a_retired_pinned_block_leaves_the_pin_sets(tiers):
+    data = block(14)
+    tiers.ram.pin([14])
+    tiers.nvme.pin([14])
+    await tiers.stage(14, data)
+    await tiers.upload(14, checksum(data))
+    await tiers.uploads_durable([14])
+    await tiers.delete(14)
+    assert not tiers.ram.is_pinned(14) and not tiers.nvme.is_pinned(14)
+    assert tiers.ram.pinned_bytes() == 0 and tiers.nvme.pinned_bytes() == 0
+
+
 def rot_on_nvme(tiers, data: bytes) -> None:
     """Flip one byte of `data` where the NVMe tier keeps it on disk (bit rot)."""
     for segment in tiers.nvme.root.glob("seg-*.log"):
