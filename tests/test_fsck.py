@@ -238,7 +238,13 @@ def stray_dentry(volume: Vol) -> None:
 def stray_keys(volume: Vol) -> None:
     ref = BlockRef(STRAY_OBJECT, 0, 10, 0)
     volume.write((keys.block(NO_INODE, 0), ref.encode()), (keys.block(NO_INODE, 1), ref.encode()),
-                 (keys.xattr(NO_INODE, b"user.a"), b"v"), (keys.symlink(NO_INODE), b"target"))
+                 (keys.xattr(NO_INODE, b"user.a"), b"v"), (keys.symlink(NO_INODE), b"target"),
+                 (keys.pin(NO_INODE), b"ram"))
+
+
+def bad_pins(volume: Vol) -> None:
+    """Pins only a mount's own checks would refuse: of a directory, and to no known tier."""
+    volume.write((keys.pin(volume.ino["data"]), b"ram"), (keys.pin(volume.ino["big"]), b"tape"))
 
 
 def orphan_file(volume: Vol) -> None:
@@ -322,7 +328,8 @@ def wrong_usage(volume: Vol) -> None:
 REPAIRABLE: dict[str, tuple[Callable[[Vol], None], set[str]]] = {
     "dangling dentry": (dangling_dentry, {"dangling-dentry"}),
     "stray dentry": (stray_dentry, {"stray-dentry"}),
-    "keys of a missing inode": (stray_keys, {"stray-block-refs", "stray-xattrs", "stray-symlink"}),
+    "keys of a missing inode": (stray_keys, {"stray-block-refs", "stray-xattrs", "stray-symlink", "stray-pin"}),
+    "bad pins": (bad_pins, {"bad-pin"}),
     "orphan file": (orphan_file, {"orphan-inode"}),
     "leaked inode": (leaked_inode, {"orphan-inode"}),
     "orphan tree": (orphan_tree, {"orphan-inode", "wrong-nlink"}),

@@ -18,7 +18,9 @@ from aifs.meta.engine import ROOT_INO
 
 _OWNED = ((keys.BLOCK, "stray-block-refs", "block refs"),
           (keys.XATTR, "stray-xattrs", "extended attributes"),
-          (keys.SYMLINK, "stray-symlink", "symlink target"))
+          (keys.SYMLINK, "stray-symlink", "symlink target"),
+          (keys.PIN, "stray-pin", "pin"))
+PIN_TIERS = ("ram", "nvme")
 
 
 def check_keys(ctx: Context) -> Iterator[Finding]:
@@ -27,6 +29,7 @@ def check_keys(ctx: Context) -> Iterator[Finding]:
     yield from _check_dentries(ctx, ns)
     for tag, kind, what in _OWNED:
         yield from _check_owned(ctx, ns, tag, kind, what)
+    yield from _check_pins(ctx, ns)
 
 
 def _check_dentries(ctx: Context, ns: Namespace) -> Iterator[Finding]:
@@ -56,6 +59,21 @@ def _check_owned(ctx: Context, ns: Namespace, tag: bytes, kind: str, what: str) 
         yield Finding(kind, f"{count} {tag.decode()} key(s) of inode {ino}",
                       f"{what} of inode {ino}, which does not exist",
                       "delete them", partial(repair.delete_prefix, kv, prefix), ino=ino)
+
+
+def _check_pins(ctx: Context, ns: Namespace) -> Iterator[Finding]:
+    """A pin names an existing regular file and a tier that can hold it (ram or nvme);
+    inodes that do not exist are the stray-pin check's."""
+    for key, value in ctx.meta.kv.scan(keys.PIN):
+        ino = keys.read_u64(key, 1)
+        if ino not in ns.inodes:
+            continue
+        tier = value.decode(errors="replace")
+        why = (f"inode {ino} is a directory; only files are pinned" if ino in ns.dirs
+               else f"the tier {tier!r} is not one of {', '.join(PIN_TIERS)}" if tier not in PIN_TIERS else None)
+        if why:
+            yield Finding("bad-pin", show_key(key), why, "drop the pin",
+                          partial(repair.delete_keys, ctx.meta.kv, key), ino=ino)
 
 
 def check_links(ctx: Context) -> Iterator[Finding]:
