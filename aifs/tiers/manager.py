@@ -18,6 +18,7 @@ tier's low latency, does not wait for a local disk write.
 
 import errno
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class TierManager:
             self.fills = BackgroundCalls(workers=1, name="aifs-fill")
             self._remote_usage = RemoteUsage(remote, self.background, remote_capacity)
         self.stats = {tier.name: TierStats() for tier in self.tiers}
+        self._upload_buffers = threading.local()  # one reused buffer per cold-tier thread
         self._flights: dict[Hashable, _Flight] = {}  # by block id, or (block id, start, end) for ranges
         self.last_stage = float("-inf")
 
@@ -319,18 +321,21 @@ class TierManager:
             await self._io_limiter.run(Ticket(Priority.DEMAND), self.nvme.sync, block_ids)
 
     async def upload(self, block_id: int, expected: int) -> int:
-        """Copy a staged block to the cold tier (durable only after `uploads_durable`).
+        """Copy a staged block to the cold tier (durable only after `uploads_durable`)."""
+        return await self._cold_io(Ticket(Priority.UPLOAD), self._upload_staged, block_id, expected)
 
-        The staged copy is verified first: a rotten copy must never become the durable one.
-        """
-        ticket = Ticket(Priority.UPLOAD)
-        data = await self._io_limiter.run(ticket, self.nvme.get, block_id)
-        if data is None:
+    def _upload_staged(self, block_id: int, expected: int) -> int:
+        """On a cold-tier thread: read the staged copy into that thread's own buffer, verify it
+        (a rotten copy must never become the durable one), and put it."""
+        buf = getattr(self._upload_buffers, "buf", None)
+        if buf is None:
+            buf = self._upload_buffers.buf = bytearray()
+        if not self.nvme.read_into(block_id, buf):
             raise FsError(errno.EIO, f"staged block {block_id:016x} is missing from NVMe")
-        if checksum(data) != expected:
+        if checksum(buf) != expected:
             raise FsError(errno.EIO, str(CorruptBlock(block_id, self.nvme.name)))
-        await self._cold_io(ticket, self.cold.put, block_id, data)
-        return len(data)
+        self.cold.put(block_id, buf)
+        return len(buf)
 
     async def uploads_durable(self, block_ids: list[int]) -> None:
         """Make uploaded blocks durable in the cold tier; from then on NVMe may evict them."""

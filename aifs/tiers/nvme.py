@@ -68,6 +68,19 @@ class NvmeTier:
             log.warning("block %016x vanished from NVMe while being read: %s", block_id, e)
             return None
 
+    def read_into(self, block_id: int, buf: bytearray) -> bool:
+        """The whole block into `buf` (resized to it); False when it is not here."""
+        with self._lock:
+            location = self._index.get(block_id)
+        if location is None:
+            return False
+        try:
+            self._log.read_into(location, buf)
+        except (OSError, KeyError) as e:
+            log.warning("block %016x vanished from NVMe while being read: %s", block_id, e)
+            return False
+        return True
+
     def put(self, block_id: int, data: bytes, dirty: bool = False) -> None:
         """Store a block; a clean block that finds no room is simply not cached."""
         with self._lock:

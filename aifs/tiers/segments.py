@@ -148,6 +148,21 @@ class SegmentLog:
         count = location.length - offset if length is None else min(length, location.length - offset)
         return _read_exact(self._segments[location.segment].fd, count, location.offset + offset)
 
+    def read_into(self, location: Location, buf: bytearray) -> None:
+        """The record's bytes into `buf`, resized to fit: a buffer reused for records of about
+        one size is not reallocated, so its memory is not faulted in afresh each time."""
+        if len(buf) != location.length:
+            buf[location.length:] = b""
+            buf.extend(bytes(location.length - len(buf)))
+        view = memoryview(buf)
+        fd = self._segments[location.segment].fd
+        got = 0
+        while got < location.length:
+            n = os.preadv(fd, [view[got:]], location.offset + got)
+            if n == 0:
+                raise OSError(errno.EIO, f"segment ends {location.length - got} bytes early at {location.offset}")
+            got += n
+
     def kill(self, location: Location) -> None:
         """Mark a record dead and give its space back."""
         with self._lock:
