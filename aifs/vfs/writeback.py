@@ -73,7 +73,7 @@ class Uploader:
                 self._wake = trio.Event()
                 continue
             if self._writers_busy():
-                await trio.sleep(QUIET_S)
+                await trio.sleep_until(self.tiers.last_stage + QUIET_S)
                 continue
             batch = list(itertools.islice(self._queue.items(), BATCH))
             await self._upload_batch(batch)
