@@ -24,14 +24,14 @@ EPOCHS = (1, 2)
 SEED = 3  # the same shuffles on every path, so paths are compared fairly
 
 
-def _samples(ctx: Context) -> list[str]:
+def sample_paths(ctx: Context) -> list[str]:
     """Sample paths dealt round-robin over the class directories."""
     root = os.path.join(ctx.workdir, "dataset")
     classes = [os.path.join(root, f"c{c:03d}") for c in range(ctx.scaled(CLASSES))]
     return [os.path.join(classes[i % len(classes)], f"s{i:05d}.bin") for i in range(ctx.scaled(SAMPLES))]
 
 
-def _create(samples: list[str], size: int) -> None:
+def create_samples(samples: list[str], size: int) -> None:
     """Lay down the data set (untimed: only the epochs are measured)."""
     data = os.urandom(size)
     for path in samples:
@@ -44,7 +44,7 @@ def _worker(paths: list[str], size: int) -> None:
         read_small_file(path, size)
 
 
-def _epoch(samples: list[str], size: int, epoch: int) -> int:
+def run_epoch(samples: list[str], size: int, epoch: int) -> int:
     """Read every sample once in this epoch's shuffle, dealt over the workers as a
     DataLoader deals batches; returns the nanoseconds it took."""
     order = samples[:]
@@ -57,13 +57,13 @@ def _epoch(samples: list[str], size: int, epoch: int) -> int:
 
 def epochs(ctx: Context) -> list[Result]:
     """Create the data set, drop caches, then time epoch 1 (cold) and epoch 2 (warm)."""
-    samples = _samples(ctx)
+    samples = sample_paths(ctx)
     size = ctx.scaled(SAMPLE_SIZE)
-    _create(samples, size)
+    create_samples(samples, size)
     results = []
     for epoch in EPOCHS:
         note = ctx.drop_caches() if epoch == 1 else None
-        ns = _epoch(samples, size, epoch)
+        ns = run_epoch(samples, size, epoch)
         results.append(Result(per_second(len(samples), ns), "samples/s", note, f"epoch{epoch}"))
     return results
 

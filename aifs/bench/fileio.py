@@ -5,7 +5,9 @@ instead of posting an impossibly good number.
 """
 
 import os
+import time
 
+from aifs.bench.measure import Stopwatch, mib_per_second
 from aifs.bench.workload import BenchError
 
 
@@ -57,6 +59,42 @@ def read_sequential(path: str, io_size: int) -> int:
     finally:
         os.close(fd)
     return total
+
+
+def read_rate(path: str, size: int, io_size: int) -> float:
+    """MiB/s of one front-to-back read of a file that must hold `size` bytes."""
+    with Stopwatch() as watch:
+        got = read_sequential(path, io_size)
+    expect_size(path, got, size)
+    return mib_per_second(size, watch.ns)
+
+
+def pread_latencies(path: str, offsets: list[int], length: int) -> list[int]:
+    """Nanoseconds of one `length`-byte pread at each offset, on one fd with the kernel's
+    readahead off (POSIX_FADV_RANDOM): each sample is one lookup, not a prefetched page.
+    perf_counter_ns inline, as a context manager would add its own cost."""
+    latencies = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for offset in offsets:
+            start = time.perf_counter_ns()
+            got = len(os.pread(fd, length, offset))
+            latencies.append(time.perf_counter_ns() - start)
+            expect_size(path, got, length)
+    finally:
+        os.close(fd)
+    return latencies
+
+
+def forget_pages(path: str) -> None:
+    """Drop one file's pages from the kernel's page cache, so its next reads reach the
+    filesystem even where dropping every cache was refused (and without disturbing others)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def expect_size(path: str, got: int, want: int) -> None:

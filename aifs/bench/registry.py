@@ -5,13 +5,13 @@ that module's WORKLOADS here.
 
 Bench modes measure what no workload on a given directory can, such as which tier a
 block is read from: each builds its own volume, runs alone, and is listed in MODES as
-NAME -> run(base, scale, progress) -> Results (columns are whatever the mode compares).
+NAME -> Mode (see aifs.bench.workload; aifs.bench.scratch has the scaffolding they share).
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from aifs.bench import bigfile, checkpoint, dataloader, remote, smallfiles
-from aifs.bench.workload import Results, Workload
+from aifs.bench import bigfile, checkpoint, checkpoint_s3, dataloader, remote, smallfiles, tiers
+from aifs.bench.workload import Mode, Workload
 
 
 def _index(workloads: Iterable[Workload]) -> dict[str, Workload]:
@@ -29,7 +29,7 @@ WORKLOADS = _index(
     [*smallfiles.WORKLOADS, *bigfile.WORKLOADS, *checkpoint.WORKLOADS, *dataloader.WORKLOADS]
 )
 
-MODES: dict[str, Callable[[str, float, Callable[[str], None]], Results]] = {remote.NAME: remote.run}
+MODES: dict[str, Mode] = {mode.name: mode for mode in (remote.MODE, checkpoint_s3.MODE, tiers.MODE)}
 
 
 def plan(selected: Iterable[str] | None = None) -> list[tuple[Workload, bool]]:

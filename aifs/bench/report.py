@@ -59,9 +59,9 @@ def to_table(results: Results) -> str:
     return "\n".join(lines + footnotes.lines())
 
 
-def to_json(results: Results, scale: float) -> str:
+def to_json(results: Results, scale: float, goals: list[str] | None = None) -> str:
     """{"scale", "units": {result: unit}, "results": {result: {path: value}},
-    "notes": {result: {path: note}} (only results that have notes)}."""
+    "notes": {result: {path: note}} (only results that have notes), and "goals": [line] for a mode}."""
     names = list(_first(results))
     document = {
         "scale": scale,
@@ -73,4 +73,13 @@ def to_json(results: Results, scale: float) -> str:
             if (notes := {path: r[name].note for path, r in results.items() if r[name].note})
         },
     }
+    if goals is not None:
+        document["goals"] = goals
     return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def render(results: Results, scale: float, as_json: bool, goals: list[str] | None = None) -> str:
+    """What `aifs bench` prints: JSON, or the table followed by a mode's goal lines."""
+    if as_json:
+        return to_json(results, scale, goals)
+    return "\n".join([to_table(results), *(goals or [])])

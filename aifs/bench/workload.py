@@ -50,3 +50,18 @@ class Workload:
 
 # path -> result name -> Result, in run order.
 Results = dict[str, dict[str, Result]]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A bench that builds its own volumes under BASE and runs alone, for what no workload on
+    a given directory can measure (which tier serves a read, what durability in S3 costs).
+
+    `run(base, scale, progress, s3_endpoint=None, bucket=...)` returns Results whose columns
+    are whatever the mode compares; `goals` turns them into lines naming each target.
+    """
+
+    name: str
+    summary: str  # one line for `aifs bench --help`
+    run: Callable[..., Results]
+    goals: Callable[[Results], list[str]]

@@ -6,6 +6,7 @@ import click
 
 from aifs.bench import report, runner
 from aifs.bench.registry import MODES, WORKLOADS
+from aifs.bench.scratch import BUCKET
 from aifs.bench.workload import BenchError
 
 
@@ -59,10 +60,16 @@ def _progress(message: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
     "--mode", type=click.Choice(sorted(MODES)),
-    help="Instead of the workloads, a mode that builds its own volumes under the first PATH "
-         "(remote-tier: reads from remote flash vs NVMe vs the cold tier).",
+    help="Instead of the workloads, a mode that builds its own volumes under the first PATH and "
+         "prints goal lines after its table: "
+         + "; ".join(f"{name}: {MODES[name].summary}" for name in sorted(MODES)) + ".",
 )
-def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool, mode: str | None) -> None:
+@click.option("--s3-endpoint", metavar="URL",
+              help="With --mode: the S3 endpoint to use (AWS credential chain) instead of a moto server "
+                   "started on 127.0.0.1.")
+@click.option("--bucket", default=BUCKET, show_default=True, help="With --mode: the S3 bucket.")
+def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool, mode: str | None,
+          s3_endpoint: str | None, bucket: str) -> None:
     """Run the same file workloads on each PATH, one path after another, and compare them.
 
     Each PATH is an existing directory. The bench works in a fresh subdirectory,
@@ -71,14 +78,17 @@ def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json:
     \b
         PATH/.aifs-bench-<pid>
 
-    Cold results need root to drop the kernel's caches. Progress goes to
-    stderr, results to stdout.
+    With --mode, the first PATH gets a scratch folder for the mode's volumes,
+    servers and local copies instead (PATH/.aifs-bench-<mode>-*); modes need
+    root and /dev/fuse. Cold results need root to drop the kernel's caches.
+    Progress goes to stderr, results to stdout.
     """
     try:
         if mode is not None:
-            results = MODES[mode](paths[0], scale, _progress)
+            results = MODES[mode].run(paths[0], scale, _progress, s3_endpoint=s3_endpoint, bucket=bucket)
         else:
             results = runner.run(paths, only, scale, _progress)
     except (BenchError, OSError) as error:  # OSError: the scratch directory itself failed
         raise click.ClickException(str(error)) from error
-    click.echo(report.to_json(results, scale) if as_json else report.to_table(results))
+    goals = MODES[mode].goals(results) if mode is not None else None
+    click.echo(report.render(results, scale, as_json, goals))

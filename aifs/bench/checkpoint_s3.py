@@ -1,0 +1,149 @@
+"""The checkpoint workload against S3: what aifs' write-back saves a training job, and what it costs.
+
+8 writers released together, each writing 256 MiB in 4 MiB writes, fsync, close (the
+`checkpoint` workload), measured four ways, with seconds until the last close returns
+(how long the GPUs wait) and until the bytes are durable:
+
+    aifs-local   an aifs volume with ram, nvme and an s3 tier, files under a path with no
+                 rule: close after NVMe staging; durable once `aifs sync --wait` returns
+    aifs-remote  the same volume, files under a `durability = "remote"` rule: close waits for S3
+    boto3        the same bytes PUT straight to the same bucket, 8 threads, one PUT per 4 MiB
+                 object (one per aifs block), the client configured as aifs' own
+    local        a plain directory under BASE: fsync is the last word, so durable = close
+
+The S3 endpoint is a moto server on 127.0.0.1 unless one is given. The disk here is
+noisy (2x between runs), so the four alternate in every round, each round starting
+one further along, and each cell is the median of the rounds, its column's range in the
+note. Between runs the files are deleted, the volume's garbage collector is waited
+for (NVMe back to where it was), caches are synced and the machine is left alone for a
+few seconds, so one run's background work does not land in the next.
+"""
+
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from aifs.bench import checkpoint
+from aifs.bench.measure import MiB
+from aifs.bench.scratch import BUCKET, S3Target, ScratchVolume, s3_errors, s3_target, scratch_root, table, tier
+from aifs.bench.workload import BenchError, Context, Mode, Result, Results
+
+NAME = "checkpoint-s3"
+COLUMNS = ("aifs-local", "aifs-remote", "boto3", "local")  # aifs first, local last: the ratio column
+ROUNDS = 3
+PAUSE_S = 5.0
+OBJECT_SIZE = 4 * MiB  # the volume's block size: aifs PUTs one object per block
+GARBAGE_GRACE_S = 1.0
+GARBAGE_TIMEOUT_S = 300.0
+DELETE_BATCH = 1000  # the most one DeleteObjects request takes
+
+Timing = tuple[float, float]  # seconds until the last close, until durable
+
+
+def run(base: str, scale: float, progress: Callable[[str], None], s3_endpoint: str | None = None,
+        bucket: str = BUCKET, rounds: int = ROUNDS, pause_s: float = PAUSE_S) -> Results:
+    """Columns aifs-local, aifs-remote, boto3, local; rows close and durable (medians)."""
+    size = Context(base, scale, lambda: None).scaled(checkpoint.FILE_SIZE)
+    with ExitStack() as stack:
+        root = scratch_root(stack, base, NAME)
+        target = s3_target(stack, root, s3_endpoint, bucket)
+        volume = ScratchVolume(root)
+        mnt = stack.enter_context(volume.mounted(_config(volume, target, size)))
+        runs = {"aifs-local": partial(_on_aifs, volume, mnt / "local", scale),
+                "aifs-remote": partial(_on_aifs, volume, mnt / "remote", scale),
+                "boto3": partial(_boto3, target, size),
+                "local": partial(_in_directory, root / "local", scale)}
+        timings: dict[str, list[Timing]] = {column: [] for column in COLUMNS}
+        for i in range(rounds):
+            for column in COLUMNS[i % len(COLUMNS):] + COLUMNS[:i % len(COLUMNS)]:
+                progress(f"round {i + 1}/{rounds}: {column}, {checkpoint.WRITERS} x {size >> 20} MiB")
+                timings[column].append(runs[column]())
+                os.sync()
+                time.sleep(pause_s)
+        return {column: _summary(timings[column]) for column in COLUMNS}
+
+
+def _config(volume: ScratchVolume, target: S3Target, size: int) -> Path:
+    """Room on NVMe for two checkpoints, so staging never waits; garbage collected soon after a delete."""
+    nvme = 2 * checkpoint.WRITERS * size + 256 * MiB
+    return volume.config("checkpoint", tier("ram", capacity=256 * MiB), tier("nvme", capacity=nvme),
+                         target.tier(), table("[writeback]", garbage_grace=GARBAGE_GRACE_S),
+                         table("[[rules]]", path="/remote/**", durability="remote"))
+
+
+def _in_directory(workdir: Path, scale: float) -> Timing:
+    """The checkpoint workload in `workdir`, then its files deleted."""
+    workdir.mkdir(exist_ok=True)
+    close, durable = checkpoint.checkpoint(Context(str(workdir), scale, lambda: None))
+    shutil.rmtree(workdir / "checkpoint")
+    return close.value, durable.value
+
+
+def _on_aifs(volume: ScratchVolume, workdir: Path, scale: float) -> Timing:
+    """The checkpoint in `workdir` on the volume, then waiting until its deleted blocks are gone."""
+    used = volume.status()["tiers"]["nvme"]["used"]
+    timing = _in_directory(workdir, scale)
+    _wait_collected(volume, used)
+    return timing
+
+
+def _wait_collected(volume: ScratchVolume, used: int) -> None:
+    """Deleted blocks leave every tier after the grace period: wait until NVMe is back to `used`."""
+    deadline = time.monotonic() + GARBAGE_TIMEOUT_S
+    while (now := volume.status()["tiers"]["nvme"]["used"]) > used:
+        if time.monotonic() > deadline:
+            raise BenchError(f"deleted checkpoint blocks not collected in {GARBAGE_TIMEOUT_S:.0f} s: "
+                             f"NVMe holds {now} bytes, {used} before the run")
+        time.sleep(0.5)
+
+
+def _boto3(target: S3Target, size: int) -> Timing:
+    """The checkpoint's bytes PUT by boto3 alone, one shard per thread, released together."""
+    client = target.client()
+    chunk = os.urandom(min(OBJECT_SIZE, size))
+    prefix = target.prefix.rstrip("/") + "-boto3/"
+    shards = [[f"{prefix}rank{rank}/{i:04d}" for i in range(-(-size // OBJECT_SIZE))]
+              for rank in range(checkpoint.WRITERS)]
+    seconds = checkpoint.all_at_once([partial(_put_shard, client, target.bucket, keys, size, chunk)
+                                      for keys in shards]) / 1e9
+    _delete(client, target.bucket, [key for keys in shards for key in keys])
+    return seconds, seconds
+
+
+def _put_shard(client: Any, bucket: str, keys: list[str], size: int, chunk: bytes) -> None:
+    for key, offset in zip(keys, range(0, size, len(chunk))):
+        with s3_errors(f"PUT s3://{bucket}/{key}"):
+            client.put_object(Bucket=bucket, Key=key, Body=chunk[: size - offset])
+
+
+def _delete(client: Any, bucket: str, keys: list[str]) -> None:
+    for i in range(0, len(keys), DELETE_BATCH):
+        objects = [{"Key": key} for key in keys[i:i + DELETE_BATCH]]
+        with s3_errors(f"deleting {len(objects)} objects from s3://{bucket}"):
+            client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+
+
+def _summary(timings: list[Timing]) -> dict[str, Result]:
+    """Medians of the rounds, the range of both in one note."""
+    closes, durables = zip(*timings)
+    note = (f"{len(timings)} round(s): close {min(closes):.2f}-{max(closes):.2f} s, "
+            f"durable {min(durables):.2f}-{max(durables):.2f} s")
+    return {"close": Result(statistics.median(closes), "s", note),
+            "durable": Result(statistics.median(durables), "s", note)}
+
+
+def goals(results: Results) -> list[str]:
+    """aifs-local must close about as fast as a local disk, and be durable in S3 no later than boto3 alone."""
+    aifs, local, boto3 = results["aifs-local"], results["local"], results["boto3"]
+    return [f"aifs-local / local close: {aifs['close'].value / local['close'].value:.2f} (goal <= 1.2)",
+            f"aifs-local / boto3 durable: {aifs['durable'].value / boto3['durable'].value:.2f} (goal <= 1.0)"]
+
+
+MODE = Mode(NAME, "8 x 256 MiB checkpoint on a local directory, on aifs over S3 (local and remote "
+                  "durability) and PUT by boto3 alone: close and durable seconds", run, goals)

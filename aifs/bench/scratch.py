@@ -1,0 +1,241 @@
+"""Scaffolding for bench modes that build their own volumes: child processes, configs, mounts.
+
+A mode measures what no workload on a given directory can (which tier serves a read,
+what durability costs against S3), so it needs a volume whose tiers it chooses. It
+works in a scratch folder under BASE, starts what the volume needs as child processes
+on 127.0.0.1 (a moto S3 server, flash block servers), writes TOML configs, and mounts
+and unmounts with the `aifs` CLI as an operator would. Everything here ends with the
+ExitStack or with-block that started it, also on error or Ctrl-C.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from aifs.bench.measure import MiB
+from aifs.bench.workload import BenchError
+from aifs.config.models import S3Tier as S3Settings
+from aifs.tiers.s3_client import make_client
+from aifs.tiers.s3_marker import MARKER_NAME
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30.0
+CLI_TIMEOUT_S = 300.0
+MOTO_KEYS = {"access_key": "aifs-bench", "secret_key": "aifs-bench-secret"}
+BUCKET = "aifs-bench"
+BLOCK = 4 * MiB  # the volume default
+TIER_ORDER = ("ram", "nvme", "remote", "objstore", "s3")  # top to bottom
+SOURCE_SHARE = 0.9
+
+
+# -- child processes ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now, for a child server to bind."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> dict[str, str]:
+    """Children import this checkout of aifs, whatever is installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _wait_listening(proc: subprocess.Popen, name: str, port: int, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"{name} did not start on port {port}: {log.read_text()[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+@contextmanager
+def child(name: str, argv: list[str], port: int, log: Path) -> Iterator[str]:
+    """Run `argv` until the block ends; yields 127.0.0.1:PORT once the port accepts connections,
+    so a mode never races a server that is still starting, and never leaves one behind."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=child_env())
+    try:
+        _wait_listening(proc, name, port, log)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def moto(root: Path) -> AbstractContextManager[str]:
+    """moto's standalone S3 server on 127.0.0.1: a real HTTP endpoint, as the tests use."""
+    port = free_port()
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return child("moto S3 server", argv, port, root / "moto.log")
+
+
+def aifs_cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> str:
+    """Run `aifs ARGS` as an operator would; its stdout, or a BenchError with what it said."""
+    done = subprocess.run([sys.executable, "-m", "aifs", *args], capture_output=True, text=True,
+                          env=child_env(), stdin=subprocess.DEVNULL, timeout=timeout)
+    if done.returncode != 0:
+        raise BenchError(f"aifs {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def scratch_root(stack: ExitStack, base: str, name: str) -> Path:
+    """A fresh folder under BASE for one mode's volumes and servers, removed when `stack`
+    closes (after the mounts and children entered later have ended)."""
+    root = Path(tempfile.mkdtemp(prefix=f".aifs-bench-{name}-", dir=base))
+    stack.callback(shutil.rmtree, root, True)
+    return root
+
+
+# -- configs and volumes -----------------------------------------------------------------------
+
+
+def table(header: str, **keys: object) -> str:
+    """One TOML table; json.dumps writes strings, numbers, booleans and lists as TOML reads them."""
+    return "\n".join([header, *(f"{key} = {json.dumps(value)}" for key, value in keys.items())]) + "\n\n"
+
+
+def tier(kind: str, **keys: object) -> str:
+    """One `[[tiers]]` entry."""
+    return table("[[tiers]]", kind=kind, **keys)
+
+
+@dataclass(frozen=True)
+class S3Target:
+    """One endpoint, bucket and prefix, for a volume's cold tier and for boto3 alone alike,
+    so that a comparison between them talks to exactly the same place."""
+
+    endpoint: str
+    bucket: str
+    prefix: str
+    moto_keys: bool  # moto takes any key; a real endpoint gets the AWS credential chain
+
+    def _keys(self) -> dict[str, object]:
+        keys = {"endpoint": self.endpoint, "bucket": self.bucket, "prefix": self.prefix, "create_bucket": True}
+        return keys | MOTO_KEYS if self.moto_keys else keys
+
+    def tier(self) -> str:
+        """The volume's `[[tiers]]` entry."""
+        return tier("s3", **self._keys())
+
+    def client(self) -> Any:
+        """A boto3 client configured exactly as the volume's own (aifs.tiers.s3_client)."""
+        return make_client(S3Settings.model_validate({"kind": "s3", **self._keys()}))
+
+    def block_keys(self) -> list[str]:
+        """Every object under the volume's prefix but its marker: the volume's blocks."""
+        with s3_errors(f"listing s3://{self.bucket}/{self.prefix}"):
+            pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix)
+            keys = [entry["Key"] for page in pages for entry in page.get("Contents", [])]
+        return [key for key in keys if key != self.prefix + MARKER_NAME]
+
+
+@contextmanager
+def s3_errors(what: str) -> Iterator[None]:
+    """boto3's failures as BenchErrors naming the request, so the bench reports them like any other."""
+    try:
+        yield
+    except (BotoCoreError, ClientError) as error:
+        raise BenchError(f"{what}: {error}") from error
+
+
+def s3_target(stack: ExitStack, root: Path, endpoint: str | None, bucket: str) -> S3Target:
+    """The given endpoint, or a moto server on 127.0.0.1 that lives as long as `stack`."""
+    prefix = f"aifs-bench-{os.getpid()}/"
+    if endpoint is not None:
+        return S3Target(endpoint, bucket, prefix, moto_keys=False)
+    return S3Target("http://" + stack.enter_context(moto(root)), bucket, prefix, moto_keys=True)
+
+
+class ScratchVolume:
+    """One volume in a scratch folder: configs written beside it, mounted and unmounted with the CLI."""
+
+    def __init__(self, root: Path, block: int = BLOCK) -> None:
+        self.root = root
+        self.block = block
+        self.state = root / "state"
+        self.mountpoint = root / "mnt"
+        self.mountpoint.mkdir()
+
+    def config(self, name: str, *tables: str) -> Path:
+        """Write ROOT/NAME.toml: this volume, then `tables` (tiers, rules...), quiet logging."""
+        path = self.root / f"{name}.toml"
+        volume = table("[volume]", state_dir=str(self.state), block_size=self.block)
+        path.write_text(volume + "".join(tables) + table("[logging]", level="warning"))
+        return path
+
+    @contextmanager
+    def mounted(self, config: Path) -> Iterator[Path]:
+        """Mounted with `config` for the block; unmounted after it, also on error. A failed
+        file operation is reported with the end of the mount's log, which says why."""
+        aifs_cli("mount", "-c", str(config), "--background", str(self.mountpoint))
+        try:
+            yield self.mountpoint
+        except OSError as error:
+            raise BenchError(f"{error}; the mount's log ends:\n{self._log_tail()}") from error
+        finally:
+            aifs_cli("umount", str(self.mountpoint))
+
+    def _log_tail(self, lines: int = 3) -> str:
+        try:
+            return "\n".join((self.state / "aifs.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError as error:
+            return f"(no log: {error})"
+
+    def wipe_nvme(self) -> None:
+        """Empty the NVMe tier (unmounted only), so the next mount must read from further down."""
+        shutil.rmtree(self.state / "nvme", ignore_errors=True)
+
+    def status(self) -> dict:
+        """`aifs status --json` of the mount: tier counters, uploads, pins."""
+        return json.loads(aifs_cli("status", "--json", str(self.mountpoint)))
+
+    def sync(self, path: Path) -> None:
+        """Wait until everything under `path` is in the durable tier (`aifs sync --wait`)."""
+        aifs_cli("sync", "--wait", str(path), timeout=10 * CLI_TIMEOUT_S)
+
+
+# -- which tier served a read ------------------------------------------------------------------
+
+
+def tier_reads(after: dict, before: dict | None = None) -> dict[str, int]:
+    """Bytes each tier served between two `aifs status` reports (since the mount without `before`)."""
+    start = before["tiers"] if before else {}
+    return {name: tier["bytes_read"] - start.get(name, {}).get("bytes_read", 0)
+            for name, tier in after["tiers"].items()}
+
+
+def check_source(after: dict, source: str, before: dict | None = None) -> None:
+    """A number measured on the wrong tier is an error, never a result: something must come
+    from `source`, nothing from below it, and nearly everything from it (the prefetcher may
+    fetch a block early and a later read find it a tier up). RAM counts only as the source,
+    as every block read from below also passes through it."""
+    read = {name: n for name, n in tier_reads(after, before).items() if name != "ram" or source == "ram"}
+    below = {name: n for name, n in read.items() if n and TIER_ORDER.index(name) > TIER_ORDER.index(source)}
+    if below or not read.get(source) or read[source] < SOURCE_SHARE * sum(read.values()):
+        raise BenchError(f"reads meant for the {source} tier were served by {read}")

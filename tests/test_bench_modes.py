@@ -1,0 +1,154 @@
+"""`aifs bench --mode` end to end at a tiny scale, for the modes that build volumes on S3.
+
+Each mode mounts its own volumes (root, /dev/fuse) and starts a moto server on
+127.0.0.1. Checked: every row and column with a positive number, the goal lines, the
+scratch folder removed, no mount and no child process left behind; and that the
+tier-counter check turns a read served by the wrong tier into an error, both on
+made-up status reports and on a real volume whose NVMe was not wiped.
+Caches are never really dropped (as in test_bench.py).
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from aifs.bench import caches, registry, tiers
+from aifs.bench.scratch import ScratchVolume, check_source, tier
+from aifs.bench.workload import BenchError
+from aifs.cli.bench_cmd import bench
+
+SCALE = "0.004"
+CHECKPOINT_ROWS = ["close", "durable"]
+CHECKPOINT_COLUMNS = ["aifs-local", "aifs-remote", "boto3", "local"]
+TIERS_ROWS = ["epoch1", "epoch2", "epoch1-s3-gets", "read-seq-s3", "read-seq-nvme", "read-seq-ram",
+              "pinned-p50", "pinned-p99", "pinned-p999"]
+TIERS_COLUMNS = ["aifs", "local"]
+
+
+@pytest.fixture(autouse=True)
+def no_drop_caches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(caches, "DROP_CACHES", str(tmp_path / "absent" / "drop_caches"))
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A short path: pytest's own would make the volume's control socket path too long for AF_UNIX."""
+    path = Path(tempfile.mkdtemp(prefix="aifs-modes-"))
+    yield path
+    shutil.rmtree(path)
+
+
+def run_mode(base: Path, name: str) -> Result:
+    return CliRunner().invoke(bench, ["--mode", name, "--scale", SCALE, "--json", str(base)])
+
+
+def our_children() -> list[str]:
+    """Command lines of processes this test process started and has not reaped."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if entry.name.isdigit() and int(fields[1]) == os.getpid():
+                found.append((entry / "cmdline").read_text().replace("\0", " "))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def assert_left_nothing(base: Path) -> None:
+    assert os.listdir(base) == []
+    assert str(base) not in Path("/proc/self/mounts").read_text()
+    assert not [cmd for cmd in our_children() if "moto.server" in cmd or "aifs" in cmd]
+
+
+def assert_complete(document: dict, rows: list[str], columns: list[str]) -> None:
+    assert list(document["results"]) == rows == list(document["units"])
+    for name, per_column in document["results"].items():
+        assert list(per_column) == columns, name
+        assert all(value > 0 for value in per_column.values()), (name, per_column)
+
+
+def test_checkpoint_s3_measures_every_column(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mode = registry.MODES["checkpoint-s3"]
+    quick = dataclasses.replace(mode, run=partial(mode.run, rounds=1, pause_s=0))
+    monkeypatch.setitem(registry.MODES, "checkpoint-s3", quick)
+    result = run_mode(base, "checkpoint-s3")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert_complete(document, CHECKPOINT_ROWS, CHECKPOINT_COLUMNS)
+    close, durable = document["results"]["close"], document["results"]["durable"]
+    assert all(durable[column] >= close[column] for column in CHECKPOINT_COLUMNS)
+    assert all("1 round(s): close" in note for note in document["notes"]["durable"].values())
+    assert [line.split(":")[0] for line in document["goals"]] == [
+        "aifs-local / local close", "aifs-local / boto3 durable"]
+    assert_left_nothing(base)
+
+
+def test_tiers_measures_every_row(base: Path) -> None:
+    result = run_mode(base, "tiers")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert_complete(document, TIERS_ROWS, TIERS_COLUMNS)
+    assert document["notes"]["epoch1-s3-gets"]["local"] == tiers.BOTO3_NOTE
+    assert len(document["goals"]) == 3 and "goal >= 5,000" in document["goals"][0]
+    assert_left_nothing(base)
+
+
+def test_tiers_refuses_reads_served_by_the_wrong_tier(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NVMe left in place, epoch 1 is served by NVMe, not S3: an error, not a number."""
+    monkeypatch.setattr(ScratchVolume, "wipe_nvme", lambda self: None)
+    result = run_mode(base, "tiers")
+    assert result.exit_code == 1
+    assert "reads meant for the s3 tier were served by" in result.output
+    assert_left_nothing(base)
+
+
+def test_a_failed_file_operation_names_what_the_mount_logged(base: Path) -> None:
+    (base / "v").mkdir()
+    volume = ScratchVolume(base / "v")
+    config = volume.config("objstore", tier("nvme", capacity=64 << 20), tier("objstore"))
+    with pytest.raises(BenchError, match="the mount's log ends"):
+        with volume.mounted(config):
+            raise OSError(5, "Input/output error")
+    shutil.rmtree(base / "v")
+    assert_left_nothing(base)
+
+
+def status(**bytes_read: int) -> dict:
+    return {"tiers": {name: {"hits": int(n > 0), "bytes_read": n} for name, n in bytes_read.items()}}
+
+
+@pytest.mark.parametrize(("source", "read"), [
+    ("s3", {"ram": 5, "nvme": 100, "s3": 0}),    # S3 read nothing: NVMe served it
+    ("s3", {"ram": 0, "nvme": 0, "s3": 0}),      # nothing reached the tiers (the page cache did)
+    ("nvme", {"ram": 0, "nvme": 60, "s3": 40}),  # part came from below
+    ("ram", {"ram": 100, "nvme": 4, "s3": 0}),   # a pinned read that went to NVMe
+    ("ram", {"ram": 0, "nvme": 0, "s3": 0}),
+])
+def test_check_source_refuses_the_wrong_tier(source: str, read: dict[str, int]) -> None:
+    with pytest.raises(BenchError, match=f"meant for the {source} tier"):
+        check_source(status(**read), source)
+
+
+def test_check_source_counts_only_what_happened_since_before() -> None:
+    before = status(ram=0, nvme=500, s3=0)
+    check_source(status(ram=10, nvme=505, s3=100), "s3", before)
+    check_source(status(ram=100, nvme=500, s3=0), "ram", before)
+    with pytest.raises(BenchError):
+        check_source(status(ram=0, nvme=600, s3=0), "s3", before)
+
+
+def test_help_describes_the_modes() -> None:
+    result = CliRunner().invoke(bench, ["--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for name, mode in registry.MODES.items():
+        assert f"{name}: {mode.summary}" in text
