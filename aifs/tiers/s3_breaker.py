@@ -3,6 +3,11 @@
 While the breaker is open every request fails at once instead of spending its
 timeouts and retries on a dead endpoint; after a cooldown one probe request is
 let through, and its outcome closes the breaker or opens it for another cooldown.
+
+"In a row" means each failed request began after the previous failure was seen:
+requests in flight together that fail in one short blip (a reset burst, a
+moment of refused connections) are one piece of evidence, not many, so a
+blip under load does not take the service away for a whole cooldown.
 Thread-safe: the S3 tier calls it from many worker threads.
 """
 
@@ -30,6 +35,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._failures = 0
         self._last_error = ""
+        self._last_failure_at = float("-inf")
         self._opened_at: float | None = None
         self._probing = False
 
@@ -41,16 +47,18 @@ class CircuitBreaker:
                 return "closed"
             return "half-open" if self._probing else "open"
 
-    def admit(self) -> None:
+    def admit(self) -> float:
         """Raise CircuitOpen unless a request may be sent now; the caller must then report
-        its outcome with succeeded() or failed()."""
+        its outcome with succeeded() or failed(), giving failed() the time returned here."""
         with self._lock:
+            now = self._clock()
             if self._opened_at is None:
-                return
-            retry_in = self._opened_at + self.cooldown - self._clock()
+                return now
+            retry_in = self._opened_at + self.cooldown - now
             if retry_in > 0 or self._probing:
                 raise CircuitOpen(self._failures, max(retry_in, 0.0), self._last_error)
             self._probing = True
+            return now
 
     def succeeded(self) -> None:
         with self._lock:
@@ -58,11 +66,16 @@ class CircuitBreaker:
             self._opened_at = None
             self._probing = False
 
-    def failed(self, error: str) -> None:
-        """A failed probe reopens the breaker at once; otherwise it opens at the threshold."""
+    def failed(self, error: str, started: float | None = None) -> None:
+        """A failed probe reopens the breaker at once; otherwise it opens at the threshold,
+        counting only failures of requests `started` after the last failure was seen."""
         with self._lock:
-            self._failures += 1
+            now = self._clock()
             self._last_error = error
+            if not self._probing and started is not None and started < self._last_failure_at:
+                return  # in flight beside a request that already failed: the same blip
+            self._failures += 1
+            self._last_failure_at = now
             if self._probing or self._failures >= self.threshold:
-                self._opened_at = self._clock()
+                self._opened_at = now
                 self._probing = False

@@ -63,7 +63,7 @@ class Retrier:
         """
         attempt = 0
         while True:
-            self.breaker.admit()
+            started = self.breaker.admit()
             try:
                 result = request()
             except BaseException as exc:
@@ -71,7 +71,7 @@ class Retrier:
                 if isinstance(exc, ClientError) and not transient:
                     self.breaker.succeeded()
                     raise
-                self.breaker.failed(str(exc))
+                self.breaker.failed(str(exc), started)
                 if not transient or attempt >= self.retries:
                     raise
             else:

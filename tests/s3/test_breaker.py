@@ -46,6 +46,19 @@ def test_opens_after_threshold_consecutive_failures(clock):
         breaker.admit()
 
 
+def test_failures_of_requests_in_flight_together_count_once(clock):
+    breaker = CircuitBreaker(3, cooldown=10, clock=clock)
+    started = [breaker.admit() for _ in range(8)]  # eight concurrent requests...
+    clock.now += 0.5
+    for at in started:
+        breaker.failed("connection reset", at)  # ...all hit by one blip
+    assert breaker.state == "closed", "one blip is one failure, not eight"
+    for _ in range(2):  # two more requests, each begun after the failure before it
+        clock.now += 0.1
+        breaker.failed("connection reset", breaker.admit())
+    assert breaker.state == "open"
+
+
 def test_a_success_resets_the_count(clock):
     breaker = CircuitBreaker(3, cooldown=10, clock=clock)
     fail(breaker, 2)
