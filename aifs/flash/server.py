@@ -118,10 +118,10 @@ class BlockServer:
     # -- requests --------------------------------------------------------------------
 
     async def _get(self, header: dict[str, Any], _: Any, __: list[Any]) -> Answer:
-        block_id = header["id"]
+        block_id, offset, length = header["id"], header.get("off", 0), header.get("len", -1)
         try:
-            data, size, block_sum = await self._in_thread_if_big(
-                self.store.size(block_id), self.store.read, block_id, header.get("off", 0), header.get("len", -1))
+            nbytes = self.store.size(block_id) if length < 0 else length
+            data, size, block_sum = await self._in_thread_if_big(nbytes, self.store.read, block_id, offset, length)
         except KeyError:
             return {"err": MISSING}, None
         except CorruptRecord as e:

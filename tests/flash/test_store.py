@@ -105,3 +105,17 @@ def test_a_rotten_record_is_dropped_not_served(tmp_path):
     with pytest.raises(CorruptRecord):
         store.read(1)
     assert not store.contains(1) and store.stat()["used"] == 0
+
+
+def test_a_range_is_read_alone_and_left_to_the_client_to_check(tmp_path):
+    """Small reads must not cost a whole-block read and hash; the client checks the range
+    against its chunk checksums, and a whole read still catches the rot."""
+    store = BlockStore(tmp_path, 1 << 20)
+    data = put(store, 1)
+    path, offset = find_on_disk(tmp_path, data)
+    flip_byte(path, offset + 5)
+    got, size, block_sum = store.read(1, 100, 50)
+    assert bytes(got) == data[100:150] and size == len(data) and block_sum == checksum(data)
+    assert bytes(store.read(1, 0, 10)[0])[5] != data[5], "served as stored: the client decides"
+    with pytest.raises(CorruptRecord):
+        store.read(1)
