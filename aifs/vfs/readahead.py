@@ -5,9 +5,14 @@ read continues where the last one ended, doubles each time the reader moves
 into the next block, is capped per path (`readahead` rule), and collapses to
 nothing on a random access. Blocks fetched ahead are remembered so that their
 first real read does not count as a re-use in the RAM tier (a scan stays a scan).
+
+"Where the last one ended" allows a slack of one FUSE request either way, for
+kernel readahead requests that arrive out of order; a random reader that lands
+in the next block, far from where it last read, is still a random reader.
 """
 
 DEFAULT_LIMIT = 32 << 20
+SLACK = 1 << 20  # the largest FUSE read request
 
 
 class Readahead:
@@ -16,16 +21,18 @@ class Readahead:
         self.max_blocks = limit // block_size
         self.window = 0
         self.last: int | None = None  # block index the last read ended in
+        self.end: int | None = None  # byte offset the last read ended at
         self.ahead_to = -1  # highest block index already fetched ahead
         self.prefetched: set[int] = set()  # block ids fetched ahead, not yet read
 
     def access(self, offset: int, end: int, blocks_in_file: int) -> range:
         """Record a read of [offset, end); the block indexes to fetch ahead now."""
-        first, last = offset // self.bs, (end - 1) // self.bs
+        last = (end - 1) // self.bs
         previous, self.last = self.last, last
+        ended, self.end = self.end, end
         if self.max_blocks == 0:
             return range(0)
-        if previous is None and first == 0 or previous is not None and previous <= first <= previous + 1:
+        if offset == 0 if ended is None else abs(offset - ended) <= SLACK:
             if previous is None or last > previous or self.window == 0:
                 self.window = min(max(self.window * 2, 1), self.max_blocks)
         else:

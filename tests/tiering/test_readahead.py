@@ -38,6 +38,21 @@ def test_random_access_collapses_the_window():
     assert list(ra.access(51 * BS, 52 * BS, 100)) == [52]  # the pattern resumes from one block
 
 
+def test_a_random_reader_landing_in_the_next_block_stays_random():
+    ra = Readahead(BS, limit=16 * BS)
+    assert list(ra.access(5 * BS + 4096, 5 * BS + 8192, 100)) == []
+    assert list(ra.access(6 * BS + BS // 2, 6 * BS + BS // 2 + 4096, 100)) == [], "far from where it ended"
+    assert ra.window == 0
+
+
+def test_reads_a_little_out_of_order_are_still_sequential():
+    ra = Readahead(BS, limit=16 * BS)
+    ra.access(0, 128 << 10, 100)
+    ra.access(256 << 10, 384 << 10, 100)  # kernel readahead requests arriving out of order
+    ra.access(128 << 10, 256 << 10, 100)
+    assert ra.window == 1 and list(ra.access(BS, 2 * BS, 100)) == [2, 3]
+
+
 def test_no_fetch_past_the_end_or_with_a_zero_cap():
     ra = Readahead(BS, limit=16 * BS)
     assert list(ra.access(0, BS, 2)) == [1]
