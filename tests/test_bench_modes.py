@@ -38,12 +38,17 @@ def no_drop_caches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(caches, "DROP_CACHES", str(tmp_path / "absent" / "drop_caches"))
 
 
+_CHILDREN_BEFORE: dict[Path, set[str]] = {}  # per test: children of this process (other suites' servers)
+
+
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A short path: pytest's own would make the volume's control socket path too long for AF_UNIX."""
     path = Path(tempfile.mkdtemp(prefix="aifs-modes-"))
+    _CHILDREN_BEFORE[path] = set(our_children())
     yield path
     shutil.rmtree(path)
+    del _CHILDREN_BEFORE[path]
 
 
 def run_mode(base: Path, name: str) -> Result:
@@ -66,7 +71,8 @@ def our_children() -> list[str]:
 def assert_left_nothing(base: Path) -> None:
     assert os.listdir(base) == []
     assert str(base) not in Path("/proc/self/mounts").read_text()
-    assert not [cmd for cmd in our_children() if "moto.server" in cmd or "aifs" in cmd]
+    new = set(our_children()) - _CHILDREN_BEFORE[base]
+    assert not [cmd for cmd in new if "moto.server" in cmd or "aifs" in cmd]
 
 
 def assert_complete(document: dict, rows: list[str], columns: list[str]) -> None:
