@@ -23,17 +23,15 @@ PROMOTE_HEAT = 2.5  # about three ranged reads of one block within minutes: fetc
 
 class FileData:
     def __init__(
-        self, meta: MetaEngine, tiers: TierManager, staged: Callable[[list[BlockRef]], None],
-        added: Callable[[int, list[BlockRef]], None] | None = None, prefetch: Prefetcher | None = None,
-        keep_in_ram: Callable[[int], bool] | None = None,
+        self, meta: MetaEngine, tiers: TierManager, committed: Callable[[int, list[BlockRef]], None],
+        prefetch: Prefetcher | None = None, keep_in_ram: Callable[[int], bool] | None = None,
     ) -> None:
-        """`staged` learns of new blocks to upload; `added` of the file they now belong to (pins);
-        `prefetch` fetches blocks ahead of sequential readers; `keep_in_ram` names the files
-        whose new blocks the RAM tier must hold (pinned there)."""
+        """`committed` learns of the new blocks of a file once the metadata holds them (to
+        upload them, pin them); `prefetch` fetches blocks ahead of sequential readers;
+        `keep_in_ram` names the files whose new blocks the RAM tier must hold (pinned there)."""
         self.meta = meta
         self.tiers = tiers
-        self._staged = staged
-        self._added = added or (lambda ino, refs: None)
+        self._committed = committed
         self._keep_in_ram = keep_in_ram or (lambda ino: False)
         self.prefetch = prefetch
         self.heat = HeatMap()
@@ -167,8 +165,7 @@ class FileData:
             refs[index] = await self._stage_buffer(buf, self._keep_in_ram(of.ino))
             of.unsynced.append(refs[index].block_id)
         self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
-        self._staged(list(refs.values()))
-        self._added(of.ino, list(refs.values()))
+        self._committed(of.ino, list(refs.values()))
         for index in indexes:
             of.dirty.pop(index).release()
 
@@ -206,7 +203,6 @@ class FileData:
                     of.unsynced.append(cut[1].block_id)
         self.meta.truncate(ino, size, cut)
         if cut is not None:
-            self._staged([cut[1]])
-            self._added(ino, [cut[1]])
+            self._committed(ino, [cut[1]])
         if of is not None:
             of.size = size

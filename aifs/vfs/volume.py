@@ -10,6 +10,7 @@ import trio
 
 from aifs.config import Config, Rule
 from aifs.meta import Inode, MetaEngine
+from aifs.meta.attrs import BlockRef
 from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.vfs.filedata import FileData
@@ -66,7 +67,7 @@ class Volume:
         )
         self.pinner = Pinner(self.meta, self.tiers)
         self.prefetch = Prefetcher(self.tiers, self.spawn)
-        self.data = FileData(self.meta, self.tiers, self.uploader.enqueue, self.pinner.blocks_added, self.prefetch,
+        self.data = FileData(self.meta, self.tiers, self._blocks_committed, self.prefetch,
                              lambda ino: self.pinner.pins.get(ino) == "ram")
         self._nursery: trio.Nursery | None = None
         self.gc = GarbageCollector(self.meta, self.tiers)
@@ -86,6 +87,14 @@ class Volume:
             self.tiers.nvme.mark_dirty(block_id)
         for ino in self.meta.orphans():
             self.meta.reclaim(ino)
+
+    def _blocks_committed(self, ino: int, refs: list[BlockRef]) -> None:
+        """New blocks of a file: queued for upload (at once, beside the writers, when the
+        path's rule waits for the durable tier anyway) and pinned if the file is."""
+        self.uploader.enqueue(refs)
+        if self._wants_remote(ino):
+            self.uploader.hurry([ref.block_id for ref in refs])
+        self.pinner.blocks_added(ino, refs)
 
     async def run_background(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery

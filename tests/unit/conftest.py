@@ -197,7 +197,7 @@ class Files:
         self.meta = meta
         self.tiers = tiers
         self.staged: list[int] = []  # ids of what FileData handed to the uploader, in order
-        self.data = FileData(meta, tiers, lambda refs: self.staged.extend(r.block_id for r in refs))
+        self.data = FileData(meta, tiers, lambda ino, refs: self.staged.extend(r.block_id for r in refs))
         self.bs = meta.block_size
 
     def open_new(self, name: bytes) -> OpenFile:
