@@ -9,8 +9,11 @@ instead of the whole 4 MiB block. The chunk size is part of the volume format:
 """
 
 import struct
+from collections.abc import Sequence
 
 import xxhash
+
+Buffer = bytes | bytearray | memoryview
 
 CHUNK = 64 << 10
 _SUM = struct.Struct("<Q")
@@ -20,12 +23,34 @@ def checksum(data: bytes | memoryview) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
-def chunk_sums(data: bytes | bytearray | memoryview) -> bytes:
+def chunk_sums(data: Buffer) -> bytes:
     """Packed checksums of each CHUNK of `data`; empty when one chunk holds it all."""
-    if len(data) <= CHUNK:
-        return b""
-    view = memoryview(data)
-    return b"".join(_SUM.pack(checksum(view[i:i + CHUNK])) for i in range(0, len(view), CHUNK))
+    return sums_of([data])[1]
+
+
+def sums_of(parts: Sequence[Buffer]) -> tuple[int, bytes]:
+    """The checksum and the chunk checksums of the bytes of `parts` one after another,
+    without joining them (a chunk may span two parts)."""
+    whole, chunk = xxhash.xxh3_64(), xxhash.xxh3_64()
+    sums: list[int] = []
+    filled = total = 0
+    for part in parts:
+        view = memoryview(part).cast("B")
+        whole.update(view)
+        total += len(view)
+        pos = 0
+        while pos < len(view):
+            take = min(CHUNK - filled, len(view) - pos)
+            chunk.update(view[pos:pos + take])
+            filled, pos = filled + take, pos + take
+            if filled == CHUNK:
+                sums.append(chunk.intdigest())
+                chunk.reset()
+                filled = 0
+    if filled:
+        sums.append(chunk.intdigest())
+    packed = b"" if total <= CHUNK else struct.pack(f"<{len(sums)}Q", *sums)
+    return whole.intdigest(), packed
 
 
 def chunk_span(lo: int, hi: int, length: int) -> tuple[int, int]:

@@ -29,7 +29,7 @@ import trio
 from aifs.errors import FsError
 from aifs.metrics.tiers import observe_tier_read
 from aifs.flash.background import BackgroundCalls, RemoteUsage
-from aifs.tiers.checksum import CorruptBlock, checksum, chunk_span, chunk_sums, chunks_match
+from aifs.tiers.checksum import Buffer, CorruptBlock, checksum, chunk_span, chunks_match, sums_of
 from aifs.tiers.nvme import NvmeTier, StagingFull
 from aifs.tiers.priority import Priority, PriorityLimiter, Ticket
 from aifs.tiers.protocol import ColdTier, Tier
@@ -283,21 +283,22 @@ class TierManager:
 
     # -- writes ------------------------------------------------------------
 
-    async def stage(self, block_id: int, data: bytes | bytearray | memoryview,
-                    cache: bool = True) -> tuple[int, bytes]:
-        """Land a new block on NVMe as dirty (it is not yet in the cold tier), and with
-        `cache` in RAM (only bytes that are never changed afterwards); returns its
-        checksum and chunk checksums, computed beside the write (off the loop for large blocks).
+    async def stage(self, block_id: int, data: Buffer | list[Buffer], cache: bool = True) -> tuple[int, bytes]:
+        """Land a new block (its bytes, or parts to join) on NVMe as dirty (it is not yet in the
+        cold tier), and with `cache` in RAM (only bytes that are never changed afterwards);
+        returns its checksum and chunk checksums, computed beside the write (off the loop
+        for large blocks).
 
         When staging is full of dirty blocks the writer waits for uploads to make
         room, up to `dirty_wait` seconds, then gets ENOSPC.
         """
+        parts = data if isinstance(data, list) else [data]
         self.last_stage = trio.current_time()
         deadline = self.last_stage + self.dirty_wait
         warned = False
         while True:
             try:
-                staged = await self._io(len(data), self._stage_dirty, block_id, data)
+                staged = await self._io(sum(map(len, parts)), self._stage_dirty, block_id, parts)
                 break
             except StagingFull as e:
                 if trio.current_time() >= deadline:
@@ -307,14 +308,14 @@ class TierManager:
                     warned = True
                 await trio.sleep(STAGING_POLL_S)
         if cache:
-            self.ram.put(block_id, data)
+            self.ram.put(block_id, parts[0] if len(parts) == 1 else b"".join(parts))
         if self.only_copy:
             self._offer_staged(block_id)
         return staged
 
-    def _stage_dirty(self, block_id: int, data: bytes | bytearray | memoryview) -> tuple[int, bytes]:
-        self.nvme.put(block_id, data, True)
-        return checksum(data), chunk_sums(data)
+    def _stage_dirty(self, block_id: int, parts: list[Buffer]) -> tuple[int, bytes]:
+        self.nvme.put(block_id, parts, True)
+        return sums_of(parts)
 
     async def sync(self, block_ids: list[int]) -> None:
         if block_ids:

@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from aifs.tiers.checksum import Buffer
 from aifs.tiers.segments import Location, SegmentLog
 
 log = logging.getLogger(__name__)
@@ -81,19 +82,22 @@ class NvmeTier:
             return False
         return True
 
-    def put(self, block_id: int, data: bytes, dirty: bool = False) -> None:
-        """Store a block; a clean block that finds no room is simply not cached."""
+    def put(self, block_id: int, data: Buffer | list[Buffer], dirty: bool = False) -> None:
+        """Store a block (its bytes, or parts to join); a clean block that finds no room is
+        simply not cached."""
+        parts = data if isinstance(data, list) else [data]
+        size = sum(map(len, parts))
         with self._lock:
             if block_id in self._index:
                 return
-            if dirty and self._dirty_bytes + len(data) > self.max_dirty:
+            if dirty and self._dirty_bytes + size > self.max_dirty:
                 raise StagingFull(f"NVMe staging holds {self._dirty_bytes} dirty bytes, "
                                   f"the most allowed is {self.max_dirty} (writeback.max_dirty)")
-            if not self._make_room(len(data)):
+            if not self._make_room(size):
                 if dirty:
                     raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")
                 return
-            self._remember(block_id, self._log.append(block_id, data))
+            self._remember(block_id, self._log.append(block_id, parts))
             if dirty:
                 self.mark_dirty(block_id)
 

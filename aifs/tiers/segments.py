@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from aifs.tiers.checksum import Buffer
 from aifs.tiers.files import libc, start_writeback, sync_dir
 
 HEADER = struct.Struct("<4sB3xQQ")
@@ -117,13 +118,16 @@ class SegmentLog:
                 yield block_id, Location(segment.number, pos + HEADER.size, length)
             pos = end
 
-    def append(self, block_id: int, data: bytes) -> Location:
-        record = HEADER.size + len(data)
+    def append(self, block_id: int, data: Buffer | list[Buffer]) -> Location:
+        """Append a record of `data` (or of parts, written with one gathering write)."""
+        parts = data if isinstance(data, list) else [data]
+        length = sum(map(len, parts))
+        record = HEADER.size + length
         with self._lock:
             segment = self._writable(record)
             offset = segment.size
             try:
-                written = os.pwritev(segment.fd, [HEADER.pack(MAGIC, LIVE, block_id, len(data)), data], offset)
+                written = os.pwritev(segment.fd, [HEADER.pack(MAGIC, LIVE, block_id, length), *parts], offset)
                 if written != record:
                     raise OSError(errno.ENOSPC, "short write to an NVMe segment")
             except OSError:
@@ -132,7 +136,7 @@ class SegmentLog:
             segment.size += record
             segment.live += 1
         start_writeback(segment.fd, offset, record)
-        return Location(segment.number, offset + HEADER.size, len(data))
+        return Location(segment.number, offset + HEADER.size, length)
 
     def _writable(self, record: int) -> _Segment:
         active = self._active

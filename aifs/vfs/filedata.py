@@ -170,20 +170,20 @@ class FileData:
             of.dirty.pop(index).release()
 
     async def _stage_buffer(self, buf: BlockBuffer, keep: bool) -> BlockRef:
-        """Stage a buffer's bytes. A small buffer's bytearray itself becomes the block kept
-        in RAM: it leaves `dirty` after the commit and is never written again. A pooled one
-        is reused, so RAM gets a copy only when it must `keep` the block; otherwise the
-        bytes stay in the page caches of the file and of the NVMe segment anyway."""
-        if not buf.pooled:
-            return await self._stage(buf.data)
+        """Stage a buffer's bytes. A private bytearray itself becomes the block kept in RAM:
+        it leaves `dirty` after the commit and is never written again. Pooled memory is
+        reused and pieces are large, so RAM gets a copy only when it must `keep` the block;
+        otherwise the bytes stay in the page caches of the file and of the NVMe segment."""
+        if buf.private:
+            return await self._stage([buf.data])
         if keep:
-            return await self._stage(bytes(buf.view()))
-        return await self._stage(buf.view(), cache=False)
+            return await self._stage([b"".join(buf.parts())])
+        return await self._stage(buf.parts(), cache=False)
 
-    async def _stage(self, data: bytes | bytearray | memoryview, cache: bool = True) -> BlockRef:
+    async def _stage(self, parts: list[bytes | bytearray | memoryview], cache: bool = True) -> BlockRef:
         block_id = self.meta.block_ids.next()
-        digest, sums = await self.tiers.stage(block_id, data, cache)
-        return BlockRef(block_id, 0, len(data), digest, sums)
+        digest, sums = await self.tiers.stage(block_id, parts, cache)
+        return BlockRef(block_id, 0, sum(map(len, parts)), digest, sums)
 
     async def truncate(self, ino: int, of: OpenFile | None, size: int) -> None:
         """Set the size; the block cut in the middle is rewritten so no stale bytes remain past it."""
@@ -198,7 +198,7 @@ class FileData:
             ref = self.meta.block_refs(ino, [index]).get(index)
             if ref is not None and ref.length > keep:
                 data = bytes((await self._object(ref))[:keep])
-                cut = (index, await self._stage(data))
+                cut = (index, await self._stage([data]))
                 if of is not None:
                     of.unsynced.append(cut[1].block_id)
         self.meta.truncate(ino, size, cut)

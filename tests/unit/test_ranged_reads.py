@@ -1,8 +1,11 @@
 """Small random reads fetch only the chunks they need, each verified against its own checksum."""
 
 import errno
+import struct
 
-from aifs.tiers.checksum import CHUNK, checksum, chunk_sums
+import pytest
+
+from aifs.tiers.checksum import CHUNK, checksum, chunk_sums, sums_of
 from aifs.vfs.readahead import Readahead
 from tests.unit.conftest import fs_error, noise, trio_test
 
@@ -12,6 +15,17 @@ BLOCK = 4 << 20
 def in_cold(tiers, block_id: int, data: bytes) -> bytes:
     tiers.cold.put(block_id, data)
     return chunk_sums(data)
+
+
+@pytest.mark.parametrize("cuts", [[], [CHUNK], [1000, CHUNK + 7, 3 * CHUNK - 1], [CHUNK // 2]])
+def test_checksums_of_parts_are_those_of_the_joined_bytes(cuts):
+    data = noise(5 * CHUNK + 123, 9)
+    edges = [0, *cuts, len(data)]
+    parts = [memoryview(data)[a:b] for a, b in zip(edges, edges[1:])]
+    assert sums_of(parts) == (checksum(data), chunk_sums(data))
+    each = [checksum(data[i:i + CHUNK]) for i in range(0, len(data), CHUNK)]
+    assert chunk_sums(data) == struct.pack("<6Q", *each)
+    assert sums_of([data[:CHUNK]]) == (checksum(data[:CHUNK]), b""), "one chunk: the whole checksum covers it"
 
 
 @trio_test
