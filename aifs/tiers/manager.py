@@ -351,22 +351,29 @@ class TierManager:
             else:
                 self._offer_staged(block_id)
 
-    async def delete(self, block_id: int) -> None:
-        """Drop a retired block everywhere; raises OSError when the cold tier cannot be reached.
+    async def delete(self, block_ids: list[int]) -> None:
+        """Drop retired blocks everywhere; raises OSError when the cold tier cannot delete them
+        (all are then still queued: deleting an object twice is harmless).
 
         A copy the remote tier fails to delete is harmless: block ids are never reused,
         so it is never read again, and the servers evict it in time.
         """
-        self.ram.delete(block_id)
-        self.nvme.delete(block_id)
-        self.nvme.unpin([block_id])  # retired: unlike a rotten copy dropped for a refetch, it never returns
+        for block_id in block_ids:
+            self.ram.delete(block_id)
+            self.nvme.delete(block_id)
+        self.nvme.unpin(block_ids)  # retired: unlike a rotten copy dropped for a refetch, never back
         ticket = Ticket(Priority.UPLOAD)  # garbage is background work, like uploads
         if self.remote is not None:
+            await self._remote_io(ticket, self._delete_remote, block_ids)
+        await self._cold_io(ticket, self.cold.delete_many, block_ids)
+
+    def _delete_remote(self, block_ids: list[int]) -> None:
+        assert self.remote is not None
+        for block_id in block_ids:
             try:
-                await self._remote_io(ticket, self.remote.delete, block_id)
-            except Exception as e:  # noqa: BLE001 - see above
+                self.remote.delete(block_id)
+            except Exception as e:  # noqa: BLE001 - see delete()
                 log.warning("deleting block %016x from the remote tier failed: %r", block_id, e)
-        await self._cold_io(ticket, self.cold.delete, block_id)
 
     async def close(self) -> None:
         """Give queued offers a few seconds to reach the servers, then close the remote tier."""

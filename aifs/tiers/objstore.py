@@ -50,6 +50,10 @@ class LocalObjectStore:
         with self._used_lock:
             self._used -= freed
 
+    def delete_many(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self.delete(block_id)
+
     def contains(self, block_id: int) -> bool:
         return self._path(block_id).exists()
 

@@ -28,6 +28,9 @@ class ColdTier(Tier, Protocol):
 
     def flush(self) -> None: ...
 
+    def delete_many(self, block_ids: list[int]) -> None:
+        """Delete objects in bulk (S3: one request per 1,000); OSError unless all are gone."""
+
     def block_ids(self) -> list[int]: ...
 
     def block_sizes(self) -> dict[int, int]:

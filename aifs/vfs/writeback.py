@@ -26,6 +26,14 @@ QUIET_S = 0.5
 STAGING_HIGH_WATER = 0.5
 
 
+def writers_active(tiers: TierManager) -> bool:
+    """Writers own the disk and the CPUs while they stage blocks (background work waits),
+    until staging passes its high-water mark and uploads must make room."""
+    nvme = tiers.nvme
+    recently = trio.current_time() - tiers.last_stage < QUIET_S
+    return recently and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
+
+
 class Uploader:
     """Uploads in batches: concurrent puts, then one durability flush, then one metadata commit."""
 
@@ -79,12 +87,7 @@ class Uploader:
             await self._upload_batch(batch)
 
     def _writers_busy(self) -> bool:
-        """Writers own the disk while they stage blocks, until staging passes its high-water mark."""
-        nvme = self.tiers.nvme
-        if self._urgent:
-            return False
-        recently = trio.current_time() - self.tiers.last_stage < QUIET_S
-        return recently and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
+        return not self._urgent and writers_active(self.tiers)
 
     async def _upload_batch(self, batch: list[tuple[int, int]]) -> None:
         done: list[int] = []
@@ -93,6 +96,9 @@ class Uploader:
         async with trio.open_nursery() as nursery:
             for block_id, expected in batch:
                 await limiter.acquire()
+                if self._writers_busy():  # writers came back: leave them the disk and CPUs
+                    limiter.release()
+                    break
                 nursery.start_soon(self._upload_one, block_id, expected, limiter, done, failed)
         if done:
             await self.tiers.uploads_durable(done)
@@ -138,14 +144,17 @@ class GarbageCollector:
             await trio.sleep(GC_PERIOD_S)
 
     async def collect(self) -> int:
-        """Delete what is due; blocks the cold tier cannot delete now stay queued for the next round."""
-        deleted = []
-        for block_id in self.meta.garbage_due():
-            try:
-                await self.tiers.delete(block_id)
-            except OSError as e:
-                log.warning("deleting retired block %016x failed: %s; will retry", block_id, e)
-                break
-            deleted.append(block_id)
-        self.meta.garbage_done(deleted)
-        return len(deleted)
+        """Delete what is due, in bulk; blocks the cold tier cannot delete now stay queued
+        for a later round. Waits while writers are busy: garbage is never urgent."""
+        if writers_active(self.tiers):
+            return 0
+        due = self.meta.garbage_due()
+        if not due:
+            return 0
+        try:
+            await self.tiers.delete(due)
+        except OSError as e:
+            log.warning("deleting %d retired blocks failed: %s; will retry", len(due), e)
+            return 0
+        self.meta.garbage_done(due)
+        return len(due)

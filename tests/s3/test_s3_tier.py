@@ -36,6 +36,15 @@ def test_put_get_contains_delete_round_trip(open_tier, moto_server, bucket):
     assert tier.get(1) == blocks[1]
 
 
+def test_delete_many_deletes_in_batches(open_tier, monkeypatch):
+    tier = open_tier()
+    for block_id in range(1, 6):
+        tier.put(block_id, b"b%d" % block_id)
+    monkeypatch.setattr("aifs.tiers.s3.DELETE_BATCH", 2)
+    tier.delete_many([1, 2, 3, 4, 99])  # an object that is not there is no error, as for DELETE
+    assert [block_id for block_id in range(1, 6) if tier.contains(block_id)] == [5]
+
+
 def test_put_of_a_block_id_again_replaces_it(open_tier):
     tier = open_tier()
     tier.put(7, b"first")

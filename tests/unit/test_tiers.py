@@ -406,7 +406,7 @@ async def test_stage_upload_durable_delete(tiers):
     assert tiers.nvme.is_dirty(9), "not evictable before the cold copy is durable"
     await tiers.uploads_durable([9])
     assert not tiers.nvme.is_dirty(9)
-    await tiers.delete(9)
+    await tiers.delete([9])
     assert not any(tier.contains(9) for tier in tiers.tiers)
 
 
@@ -418,7 +418,7 @@ async def test_a_retired_pinned_block_leaves_the_pin_sets(tiers):
     await tiers.stage(14, data)
     await tiers.upload(14, checksum(data))
     await tiers.uploads_durable([14])
-    await tiers.delete(14)
+    await tiers.delete([14])
     assert not tiers.ram.is_pinned(14) and not tiers.nvme.is_pinned(14)
     assert tiers.ram.pinned_bytes() == 0 and tiers.nvme.pinned_bytes() == 0
 
