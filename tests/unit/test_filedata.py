@@ -7,6 +7,7 @@ from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import INLINE_BYTES
 from aifs.tiers.ram import RamTier
 from aifs.vfs.openfile import OpenFile
+from aifs.vfs.writeback import GarbageCollector
 
 from .conftest import BS, FAR_FUTURE, noise, trio_test
 
@@ -282,3 +283,21 @@ async def test_hot_file_survives_one_sequential_pass_over_a_big_file(files, piec
         await files.data.read(big.ino, reader, 24 * BS, offset, piece)
     hot_ids = [r.block_id for r in files.meta.all_block_refs(hot.ino).values()]
     assert [files.tiers.ram.contains(b) for b in hot_ids] == [True, True]
+
+
+@trio_test
+async def test_garbage_waits_while_writers_stage_then_goes_in_bulk(files):
+    first = await files.write_sealed(b"g", noise(3 * BS, 4))
+    refs = list(files.meta.all_block_refs(first.ino).values())
+    for ref in refs:
+        await files.tiers.upload(ref.block_id, ref.checksum)
+    old = [ref.block_id for ref in refs]
+    files.meta.garbage_grace_ns = 0
+    await files.data.truncate(first.ino, None, 0)
+    collector = GarbageCollector(files.meta, files.tiers)
+    files.tiers.last_stage = trio.current_time()  # a writer staged a block just now
+    assert await collector.collect() == 0, "garbage is never urgent"
+    files.tiers.last_stage = float("-inf")
+    assert await collector.collect() == 3
+    assert not any(files.tiers.cold.contains(b) or files.tiers.nvme.contains(b) for b in old)
+    assert files.meta.garbage_due() == []
