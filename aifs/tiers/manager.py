@@ -3,8 +3,11 @@
 Read path: RAM, then NVMe, then the remote flash tier (when configured), then
 the cold tier; whatever comes from below RAM is checked against its checksum
 and copied into the local tiers above. Concurrent reads of one block share one
-fetch. Small local I/O runs inline on the event loop (a thread hop costs more
-than the I/O); large I/O goes to a bounded thread pool.
+fetch. A ranged read fetches only the chunks it needs and checks them against
+their own checksums, filling no tier. Small local I/O runs inline on the event
+loop (a thread hop costs more than the I/O); large I/O, and every call to the
+remote and cold tiers, takes a slot of that back end's PriorityLimiter, so
+demand reads go before readahead, warmup and uploads.
 
 The remote tier is a cache shared by many nodes: every call to it runs in a
 thread (a dead server may hold one for the read bound), anything it fails to do
