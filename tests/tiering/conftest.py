@@ -27,7 +27,7 @@ capacity = "{ram}"
 
 [[tiers]]
 kind = "nvme"
-capacity = "1GiB"
+capacity = "{nvme}"
 
 [[tiers]]
 kind = "objstore"
@@ -37,9 +37,9 @@ kind = "objstore"
 class TieredVolume(Volume):
     """A mounted volume with a small RAM tier and optional extra config (rules, ...)."""
 
-    def __init__(self, base: Path, ram: str = "16MiB", extra: str = "") -> None:
+    def __init__(self, base: Path, ram: str = "16MiB", extra: str = "", nvme: str = "1GiB") -> None:
         super().__init__(base)
-        self.config.write_text(BASE_CONFIG.format(state_dir=self.state_dir, ram=ram) + extra)
+        self.config.write_text(BASE_CONFIG.format(state_dir=self.state_dir, ram=ram, nvme=nvme) + extra)
 
     def status(self) -> dict:
         cp = aifs_cli("status", "--json", str(self.path))
@@ -73,13 +73,13 @@ def read_uncached(path: Path) -> bytes:
 
 @pytest.fixture
 def tiered(tmp_path_factory, watchdog):
-    """Factory: tiered(ram="16MiB", extra="...") -> a mounted TieredVolume, closed after the test."""
+    """Factory: tiered(ram="16MiB", extra="...", nvme="1GiB") -> a mounted TieredVolume, closed after the test."""
     if TARGET == "local":
         pytest.skip("needs a real aifs mount (AIFS_TEST_TARGET=local)")
     made: list[TieredVolume] = []
 
-    def make(ram: str = "16MiB", extra: str = "") -> TieredVolume:
-        volume = TieredVolume(tmp_path_factory.mktemp("tiered"), ram, extra)
+    def make(ram: str = "16MiB", extra: str = "", nvme: str = "1GiB") -> TieredVolume:
+        volume = TieredVolume(tmp_path_factory.mktemp("tiered"), ram, extra, nvme)
         made.append(volume)
         volume.mount()
         return volume
