@@ -53,7 +53,7 @@ class BlockStore:
         self._pinned: set[int] = set()
         self._used = 0
         self._lock = threading.Lock()
-        for block_id, location in self._log.rebuild():
+        for block_id, location, _ in self._log.rebuild():  # the server never stages
             self._add(block_id, location)
         self._pins = PinJournal(root / "pins")
         for block_id in self._pins.load(set(self._index)):

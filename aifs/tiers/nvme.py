@@ -9,6 +9,7 @@ the metadata's pending-upload queue.
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 from aifs.tiers.checksum import Buffer
@@ -36,8 +37,11 @@ class NvmeTier:
         self._pinned: set[int] = set()
         self._used = 0
         self._lock = threading.RLock()
-        for block_id, location in self._log.rebuild():
+        self._unconfirmed: set[int] = set()  # staged before a crash; recover() sorts them out
+        for block_id, location, staged in self._log.rebuild():
             self._remember(block_id, location)
+            if staged:
+                self._unconfirmed.add(block_id)
 
     def _remember(self, block_id: int, location: Location) -> None:
         old = self._index.pop(block_id, None)
@@ -97,7 +101,7 @@ class NvmeTier:
                 if dirty:
                     raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")
                 return
-            self._remember(block_id, self._log.append(block_id, parts))
+            self._remember(block_id, self._log.append(block_id, parts, staged=dirty))
             if dirty:
                 self.mark_dirty(block_id)
 
@@ -118,12 +122,31 @@ class NvmeTier:
                 self._clean.pop(block_id, None)
 
     def mark_clean(self, block_id: int) -> None:
+        """The block is durable below: evictable, and its record confirmed on disk (this
+        happens before its pending upload leaves the metadata, see recover())."""
         with self._lock:
             if block_id in self._dirty:
-                self._dirty.discard(block_id)
-                self._dirty_bytes -= self._index[block_id].length
+                self._undirty(block_id)
+                self._log.set_live(self._index[block_id])
                 if block_id not in self._pinned:
                     self._clean[block_id] = None
+
+    def _undirty(self, block_id: int) -> None:
+        self._dirty.discard(block_id)
+        self._dirty_bytes -= self._index[block_id].length
+
+    def recover(self, pending: Iterable[int]) -> list[int]:
+        """After a start: blocks with a pending upload are dirty; a record still staged without
+        one was written for a commit that never happened (the daemon died between the two),
+        so nothing refers to it and it is dropped. Returns the ids dropped."""
+        pending = set(pending)
+        for block_id in pending:
+            self.mark_dirty(block_id)
+        dropped = sorted(self._unconfirmed - pending)
+        for block_id in dropped:
+            self.delete(block_id)
+        self._unconfirmed.clear()
+        return dropped
 
     def pin(self, block_ids: list[int]) -> None:
         """Never evict these blocks once they are here (also those stored later)."""
@@ -159,7 +182,7 @@ class NvmeTier:
     def delete(self, block_id: int) -> None:
         with self._lock:
             if block_id in self._dirty:
-                self.mark_clean(block_id)
+                self._undirty(block_id)
             location = self._index.pop(block_id, None)
             self._clean.pop(block_id, None)  # a pin outlives the copy: a rotten copy refetched stays pinned
             if location is not None:

@@ -22,7 +22,7 @@ from aifs.tiers.files import libc, start_writeback, sync_dir
 
 HEADER = struct.Struct("<4sB3xQQ")
 MAGIC = b"AIFB"
-LIVE, DEAD = 1, 0
+LIVE, DEAD, STAGED = 1, 0, 2  # STAGED: written for a commit that may not have happened yet
 STATE_OFFSET = 4
 SEGMENT_BYTES = 256 << 20
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -95,8 +95,8 @@ class SegmentLog:
     def _path(self, number: int) -> Path:
         return self.root / f"seg-{number:08d}.log"
 
-    def rebuild(self) -> Iterator[tuple[int, Location]]:
-        """Open every segment and yield (block id, location) of each live record."""
+    def rebuild(self) -> Iterator[tuple[int, Location, bool]]:
+        """Open every segment and yield (block id, location, still staged) of each live record."""
         for path in sorted(self.root.glob("seg-*.log")):
             segment = _Segment(path, int(path.stem[4:]))
             self._segments[segment.number] = segment
@@ -104,7 +104,7 @@ class SegmentLog:
             if segment.live == 0:
                 self._drop(segment)
 
-    def _scan(self, segment: _Segment) -> Iterator[tuple[int, Location]]:
+    def _scan(self, segment: _Segment) -> Iterator[tuple[int, Location, bool]]:
         pos = 0
         while pos + HEADER.size <= segment.size:
             magic, state, block_id, length = HEADER.unpack(os.pread(segment.fd, HEADER.size, pos))
@@ -113,13 +113,14 @@ class SegmentLog:
                 os.ftruncate(segment.fd, pos)  # a record torn by a crash ends the segment
                 segment.size = pos
                 return
-            if state == LIVE:
+            if state in (LIVE, STAGED):
                 segment.live += 1
-                yield block_id, Location(segment.number, pos + HEADER.size, length)
+                yield block_id, Location(segment.number, pos + HEADER.size, length), state == STAGED
             pos = end
 
-    def append(self, block_id: int, data: Buffer | list[Buffer]) -> Location:
-        """Append a record of `data` (or of parts, written with one gathering write)."""
+    def append(self, block_id: int, data: Buffer | list[Buffer], staged: bool = False) -> Location:
+        """Append a record of `data` (or of parts, written with one gathering write); a
+        `staged` one stays marked so until set_live()."""
         parts = data if isinstance(data, list) else [data]
         length = sum(map(len, parts))
         record = HEADER.size + length
@@ -127,7 +128,8 @@ class SegmentLog:
             segment = self._writable(record)
             offset = segment.size
             try:
-                written = os.pwritev(segment.fd, [HEADER.pack(MAGIC, LIVE, block_id, length), *parts], offset)
+                header = HEADER.pack(MAGIC, STAGED if staged else LIVE, block_id, length)
+                written = os.pwritev(segment.fd, [header, *parts], offset)
                 if written != record:
                     raise OSError(errno.ENOSPC, "short write to an NVMe segment")
             except OSError:
@@ -166,6 +168,11 @@ class SegmentLog:
             if n == 0:
                 raise OSError(errno.EIO, f"segment ends {location.length - got} bytes early at {location.offset}")
             got += n
+
+    def set_live(self, location: Location) -> None:
+        """A staged record is confirmed: it survives the next rebuild whatever the metadata says."""
+        with self._lock:
+            os.pwrite(self._segments[location.segment].fd, bytes([LIVE]), location.header_offset + STATE_OFFSET)
 
     def kill(self, location: Location) -> None:
         """Mark a record dead and give its space back."""

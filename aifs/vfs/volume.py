@@ -82,9 +82,13 @@ class Volume:
             )
 
     def _recover(self) -> None:
-        """Resume what a crash interrupted: dirty blocks stay pinned, orphans are freed."""
-        for block_id in self.uploader.pending:
-            self.tiers.nvme.mark_dirty(block_id)
+        """Resume what a crash interrupted: dirty blocks stay pinned, blocks staged for a
+        commit that never happened are dropped, orphans are freed."""
+        dropped = self.tiers.nvme.recover(self.uploader.pending)
+        if dropped:
+            log.info("dropped %d block(s) staged by writes whose metadata commit never happened "
+                     "(the daemon stopped between the two): %s", len(dropped),
+                     " ".join(f"{b:016x}" for b in dropped[:10]))
         for ino in self.meta.orphans():
             self.meta.reclaim(ino)
 

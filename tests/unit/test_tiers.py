@@ -169,6 +169,23 @@ def test_nvme_mark_dirty_pins_a_clean_block(nvme_at):
     assert held(nvme, range(1, 4)) == [1, 3]
 
 
+def test_nvme_recovery_drops_blocks_staged_for_a_commit_that_never_happened(nvme_at):
+    """A staged record stays marked staged on disk until its upload is durable; after a crash
+    the pending uploads in the metadata tell committed blocks from leftovers of a write the
+    daemon never committed."""
+    nvme = nvme_at()
+    nvme.put(1, block(1), dirty=True)  # committed: its upload is pending
+    nvme.put(2, block(2), dirty=True)  # the daemon died before the metadata commit
+    nvme.put(3, block(3), dirty=True)
+    nvme.mark_clean(3)                 # uploaded: confirmed on disk, then its pending key went
+    nvme.put(4, block(4))              # a clean cached copy
+    again = nvme_at()
+    assert again.recover([1]) == [2]
+    assert held(again, range(1, 5)) == [1, 3, 4]
+    assert again.is_dirty(1) and not again.is_dirty(3) and not again.is_dirty(4)
+    assert nvme_at().recover([1]) == [], "the leftover is gone for good"
+
+
 def test_nvme_rebuilds_index_on_reopen(nvme_at):
     nvme = nvme_at()
     sizes = {1: 100, 0x101: 4000, 0xFFFF: 1, 7: 50}
