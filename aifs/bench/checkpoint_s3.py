@@ -33,6 +33,7 @@ from aifs.bench import checkpoint
 from aifs.bench.measure import MiB
 from aifs.bench.scratch import BUCKET, S3Target, ScratchVolume, s3_errors, s3_target, scratch_root, table, tier
 from aifs.bench.workload import BenchError, Context, Mode, Result, Results
+from aifs.tiers.s3 import DELETE_BATCH
 
 NAME = "checkpoint-s3"
 COLUMNS = ("aifs-local", "aifs-remote", "boto3", "local")  # aifs first, local last: the ratio column
@@ -41,7 +42,6 @@ PAUSE_S = 5.0
 OBJECT_SIZE = 4 * MiB  # the volume's block size: aifs PUTs one object per block
 GARBAGE_GRACE_S = 1.0
 GARBAGE_TIMEOUT_S = 300.0
-DELETE_BATCH = 1000  # the most one DeleteObjects request takes
 
 Timing = tuple[float, float]  # seconds until the last close, until durable
 

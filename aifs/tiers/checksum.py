@@ -19,7 +19,7 @@ CHUNK = 64 << 10
 _SUM = struct.Struct("<Q")
 
 
-def checksum(data: bytes | memoryview) -> int:
+def checksum(data: Buffer) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
@@ -58,7 +58,7 @@ def chunk_span(lo: int, hi: int, length: int) -> tuple[int, int]:
     return lo // CHUNK * CHUNK, min(-(-hi // CHUNK) * CHUNK, length)
 
 
-def chunks_match(data: bytes | memoryview, start: int, sums: bytes) -> bool:
+def chunks_match(data: Buffer, start: int, sums: bytes) -> bool:
     """Do `data`, read from chunk-aligned offset `start`, match their chunks' checksums?"""
     view = memoryview(data)
     first = start // CHUNK

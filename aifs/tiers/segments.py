@@ -69,15 +69,20 @@ def _read_exact(fd: int, length: int, offset: int) -> bytes:
     data = os.pread(fd, length, offset)
     if len(data) == length:
         return data
-    parts = [data]
-    got = len(data)
-    while got < length:
-        more = os.pread(fd, length - got, offset + got)
-        if not more:
-            raise OSError(errno.EIO, f"segment ends {length - got} bytes early at offset {offset}")
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
+    buf = bytearray(length)
+    buf[:len(data)] = data
+    _fill(fd, memoryview(buf)[len(data):], offset + len(data))
+    return bytes(buf)
+
+
+def _fill(fd: int, view: memoryview, offset: int) -> None:
+    """Read exactly len(view) bytes at `offset` into `view` (a read may return short)."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            raise OSError(errno.EIO, f"segment ends {len(view) - got} bytes early at offset {offset}")
+        got += n
 
 
 class SegmentLog:
@@ -160,14 +165,7 @@ class SegmentLog:
         if len(buf) != location.length:
             buf[location.length:] = b""
             buf.extend(bytes(location.length - len(buf)))
-        view = memoryview(buf)
-        fd = self._segments[location.segment].fd
-        got = 0
-        while got < location.length:
-            n = os.preadv(fd, [view[got:]], location.offset + got)
-            if n == 0:
-                raise OSError(errno.EIO, f"segment ends {location.length - got} bytes early at {location.offset}")
-            got += n
+        _fill(self._segments[location.segment].fd, memoryview(buf), location.offset)
 
     def set_live(self, location: Location) -> None:
         """A staged record is confirmed: it survives the next rebuild whatever the metadata says."""
