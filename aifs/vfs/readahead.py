@@ -6,9 +6,11 @@ into the next block, is capped per path (`readahead` rule), and collapses to
 nothing on a random access. Blocks fetched ahead are remembered so that their
 first real read does not count as a re-use in the RAM tier (a scan stays a scan).
 
-"Where the last one ended" allows a slack of one FUSE request either way, for
-kernel readahead requests that arrive out of order; a random reader that lands
-in the next block, far from where it last read, is still a random reader.
+"Where the last one ended" allows, once a stream is under way, a slack of one
+FUSE request either way, for kernel readahead requests that arrive out of
+order. A stream starts only at the file's start or exactly where the last read
+ended: a random reader that lands a little ahead of its last read, by chance, is
+still a random reader (and must not wait for whole blocks it never asked for).
 """
 
 DEFAULT_LIMIT = 32 << 20
@@ -32,7 +34,7 @@ class Readahead:
         ended, self.end = self.end, end
         if self.max_blocks == 0:
             return range(0)
-        if offset == 0 if ended is None else abs(offset - ended) <= SLACK:
+        if offset == 0 if ended is None else self._continues(offset, ended):
             if previous is None or last > previous or self.window == 0:
                 self.window = min(max(self.window * 2, 1), self.max_blocks)
         else:
@@ -45,6 +47,9 @@ class Readahead:
             return range(0)
         self.ahead_to = stop - 1
         return range(start, stop)
+
+    def _continues(self, offset: int, ended: int) -> bool:
+        return offset == ended or (self.window > 0 and abs(offset - ended) <= SLACK)
 
     def first_read(self, block_id: int) -> bool:
         """True once for a block fetched ahead: its first demand read is not a re-use."""

@@ -35,13 +35,20 @@ def test_random_access_collapses_the_window():
     assert ra.window == 16
     assert list(ra.access(50 * BS, 50 * BS + 4096, 100)) == []
     assert ra.window == 0
-    assert list(ra.access(51 * BS, 52 * BS, 100)) == [52]  # the pattern resumes from one block
+    assert list(ra.access(50 * BS + 4096, 52 * BS, 100)) == [52]  # the pattern resumes from one block
 
 
 def test_a_random_reader_landing_in_the_next_block_stays_random():
     ra = Readahead(BS, limit=16 * BS)
     assert list(ra.access(5 * BS + 4096, 5 * BS + 8192, 100)) == []
     assert list(ra.access(6 * BS + BS // 2, 6 * BS + BS // 2 + 4096, 100)) == [], "far from where it ended"
+    assert ra.window == 0
+
+
+def test_a_random_reader_landing_just_ahead_of_its_last_read_stays_random():
+    ra = Readahead(BS, limit=16 * BS)
+    ra.access(40 * BS, 40 * BS + 4096, 100)
+    assert list(ra.access(41 * BS - 8192, 41 * BS - 4096, 100)) == [], "near by chance, not a stream"
     assert ra.window == 0
 
 
