@@ -3,9 +3,12 @@
 One trio task per connection reads requests and starts a task per request,
 so requests pipelined on one socket are served concurrently (up to
 MAX_IN_FLIGHT, then the reader waits) and answered in whatever order they
-finish. Small requests run on the event loop; disk I/O of big blocks goes to
-a bounded thread pool. A failure inside one request becomes an error answer
-to that request, never the end of the server.
+finish; quick requests (small ranges, bookkeeping) are answered by the reader
+itself, as a task of their own would cost more than they do. Small requests
+run on the event loop; disk I/O of big blocks goes to a bounded thread pool.
+Sockets are driven without a scheduler trip per call (LoopSocket). A failure
+inside one request becomes an error answer to that request, never the end of
+the server.
 """
 
 import logging
@@ -19,13 +22,14 @@ import trio
 
 from aifs.flash.store import BlockStore, ChecksumMismatch, CorruptRecord, Record, StoreFull
 from aifs.rdma.keys import KeyExchangeError, QpInfo
+from aifs.rdma.loopsock import LoopSocket
 from aifs.rdma.select import choose
 from aifs.rdma.slots import SlotTooSmall
 from aifs.rdma.transport import Address
 from aifs.rdma.verbs_server import ARENA_BYTES, SLOT_BYTES, VerbsEndpoint
 from aifs.rdma.wire import (
     BAD_REQUEST, CHECKSUM, CORRUPT, DELETE, FULL, GET, HAS, LOCATE, MISSING, NO_VERBS, PUT, QP, STAT, TOO_LARGE, UNPIN,
-    FrameReader, ProtocolError, frame, remaining,
+    FrameReader, ProtocolError, frame,
 )
 
 log = logging.getLogger(__name__)
@@ -61,10 +65,9 @@ class BlockServer:
             async with trio.open_nursery() as nursery:
                 while True:
                     conn, _ = await listener.accept()
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    nursery.start_soon(self._connection, conn)
+                    nursery.start_soon(self._connection, LoopSocket.adopt(conn))
 
-    async def _connection(self, conn: trio.socket.SocketType) -> None:
+    async def _connection(self, conn: LoopSocket) -> None:
         frames = FrameReader()
         send_lock = trio.Lock()
         in_flight = trio.Semaphore(MAX_IN_FLIGHT)
@@ -73,14 +76,18 @@ class BlockServer:
             async with trio.open_nursery() as nursery:
                 try:  # caught inside the nursery: the answers still being sent finish first
                     while True:
-                        await in_flight.acquire()
+                        await _take(in_flight)
                         header, n = await _next_header(conn, frames)
                         payload = Record(n) if header.get("op") == PUT else None
                         if payload is None and n:
                             raise ProtocolError(f"{header.get('op')!r} request with a payload")
                         if payload is not None:
                             await _recv_exactly(conn, frames, payload.payload)
-                        nursery.start_soon(self._answer, conn, send_lock, in_flight, header, payload, resources)
+                        answer = (conn, send_lock, in_flight, header, payload, resources)
+                        if _quick(header):  # a task of its own would cost more than the request
+                            await self._answer(*answer)
+                        else:
+                            nursery.start_soon(self._answer, *answer)
                 except (_Closed, OSError, ProtocolError) as e:
                     log.debug("connection closed: %s", e)
         finally:
@@ -88,7 +95,7 @@ class BlockServer:
             for resource in resources:
                 resource.close()
 
-    async def _answer(self, conn: trio.socket.SocketType, send_lock: trio.Lock, in_flight: trio.Semaphore,
+    async def _answer(self, conn: LoopSocket, send_lock: trio.Lock, in_flight: trio.Semaphore,
                       header: dict[str, Any], payload: Record | None, resources: list[Any]) -> None:
         try:
             handler = self._handlers.get(str(header.get("op")))
@@ -102,9 +109,11 @@ class BlockServer:
             buffers = [memoryview(frame(reply, len(body) if body is not None else 0))]
             if body is not None and len(body):
                 buffers.append(body)
-            async with send_lock:
-                while buffers:
-                    buffers = remaining(buffers, await conn.sendmsg(buffers))
+            await _take(send_lock)
+            try:
+                await conn.sendmsg(buffers)
+            finally:
+                send_lock.release()
         except OSError as e:  # the client went away; its reader task ends the connection
             log.debug("answer not sent: %s", e)
         finally:
@@ -186,7 +195,25 @@ class BlockServer:
         return data, block_sum
 
 
-async def _next_header(conn: trio.socket.SocketType, frames: FrameReader) -> tuple[dict[str, Any], int]:
+def _quick(header: dict[str, Any]) -> bool:
+    """Requests served from memory or with one small read: a ranged GET of up to
+    INLINE_BYTES, and the bookkeeping ones (HAS, STAT, DELETE, UNPIN)."""
+    op = header.get("op")
+    if op == GET:
+        length = header.get("len", -1)
+        return isinstance(length, int) and 0 <= length <= INLINE_BYTES
+    return op in (HAS, STAT, DELETE, UNPIN)
+
+
+async def _take(lock: trio.Lock | trio.Semaphore) -> None:
+    """Acquire `lock`, without a trip through the scheduler when it is free."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
+
+
+async def _next_header(conn: LoopSocket, frames: FrameReader) -> tuple[dict[str, Any], int]:
     while (got := frames.header()) is None:
         n = await conn.recv_into(frames.space())
         if n == 0:
@@ -195,7 +222,7 @@ async def _next_header(conn: trio.socket.SocketType, frames: FrameReader) -> tup
     return got
 
 
-async def _recv_exactly(conn: trio.socket.SocketType, frames: FrameReader, dest: memoryview) -> None:
+async def _recv_exactly(conn: LoopSocket, frames: FrameReader, dest: memoryview) -> None:
     got = frames.take(dest)
     while got < len(dest):
         n = await conn.recv_into(dest[got:])

@@ -112,12 +112,13 @@ class BlockStore:
                 self._pins.record(block_id, False)
                 self._lru[block_id] = None
 
-    def read(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[memoryview, int, int]:
+    def read(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[memoryview, int, int | None]:
         """(the bytes from `offset`, the block's size, its checksum); KeyError when not held.
 
-        A whole block is checked against its checksum here; a part of one is read alone
-        and left to the client, which checks it against the chunk checksums it keeps
-        (reading and hashing 4 MiB to serve 4 KiB would make small reads slow).
+        A whole block is checked against its checksum here; a part of one is read alone,
+        with one disk read and no checksum (None), and left to the client, which checks
+        it against the chunk checksums it keeps (reading and hashing 4 MiB to serve
+        4 KiB would make small reads slow).
         """
         with self._lock:
             location = self._index[block_id]
@@ -125,8 +126,7 @@ class BlockStore:
                 self._lru.move_to_end(block_id)
         size = location.length - SUM.size
         if offset > 0 or 0 <= length < size:
-            (stored,) = SUM.unpack(self._read(block_id, location, 0, SUM.size))
-            return memoryview(self._read(block_id, location, SUM.size + offset, length)), size, stored
+            return memoryview(self._read(block_id, location, SUM.size + offset, length)), size, None
         raw = self._read(block_id, location)
         (expected,) = SUM.unpack_from(raw)
         data = memoryview(raw)[SUM.size:]
