@@ -7,14 +7,19 @@ An error answer (missing block, refused put, corrupt copy) proves the server
 alive: it is not retried and resets the failure count.
 """
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+import trio
 
 from aifs.flash.health import CircuitBreaker
 from aifs.rdma.transport import Address, Connection, RemoteError, TransportError
 from aifs.tiers.checksum import CorruptBlock
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -32,6 +37,39 @@ class ServerUnavailable(Exception):
     """The server is marked down, or no attempt within the bound got an answer."""
 
 
+class _Attempts:
+    """One call's attempts at a server under its policy: how long each may take, the pause
+    after a failure, and when to give up."""
+
+    def __init__(self, handle: "ServerHandle") -> None:
+        self._handle = handle
+        self._deadline = time.monotonic() + handle.policy.bound
+        self._pause = handle.policy.backoff
+        self._left = handle.policy.attempts
+        self._last: Exception | None = None
+
+    def next(self) -> float | None:
+        """The next attempt's timeout; None when the server is down or time or attempts ran out."""
+        left = self._deadline - time.monotonic()
+        if not self._handle.breaker.up or left <= 0 or self._left <= 0:
+            return None
+        self._left -= 1
+        return min(self._handle.policy.timeout, left)
+
+    def failed(self, error: TransportError) -> float:
+        """Count the failure against the server; how long to pause before the next attempt."""
+        self._last = error
+        self._handle.breaker.failure(error)
+        if not self._left:
+            return 0.0
+        pause = max(0.0, min(self._pause, self._deadline - time.monotonic()))
+        self._pause = min(self._pause * 2, self._handle.policy.max_backoff)
+        return pause
+
+    def unavailable(self) -> "ServerUnavailable":
+        return ServerUnavailable(f"flash server {self._handle.name}: {self._last or 'marked down'}")
+
+
 class ServerHandle:
     def __init__(self, address: Address, connection: Connection, policy: RetryPolicy, breaker: CircuitBreaker) -> None:
         self.address = address
@@ -47,33 +85,46 @@ class ServerHandle:
 
     def call(self, request: Callable[[Connection, float], T]) -> T:
         """`request(connection, timeout)` with retries; raises ServerUnavailable or the server's error answer."""
-        policy = self.policy
-        deadline = time.monotonic() + policy.bound
-        pause = policy.backoff
-        last: Exception | None = None
-        for attempt in range(policy.attempts):
-            left = deadline - time.monotonic()
-            if not self.breaker.up or left <= 0:
-                break
+        attempts = _Attempts(self)
+        while (timeout := attempts.next()) is not None:
             try:
-                result = request(self.connection, min(policy.timeout, left))
+                result = request(self.connection, timeout)
             except (RemoteError, CorruptBlock):
                 self._answered()
                 raise
             except TransportError as e:
-                last = e
-                self.breaker.failure(e)
-                if attempt + 1 < policy.attempts:
-                    time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
-                    pause = min(pause * 2, policy.max_backoff)
+                time.sleep(attempts.failed(e))
                 continue
             self._answered()
             return result
-        raise ServerUnavailable(f"flash server {self.name}: {last or 'marked down'}")
+        raise attempts.unavailable()
+
+    async def call_on_loop(self, request: Callable[[float], Awaitable[T]]) -> T:
+        """`call` for a request that runs on the trio loop: `await request(timeout)`."""
+        attempts = _Attempts(self)
+        while (timeout := attempts.next()) is not None:
+            try:
+                result = await request(timeout)
+            except (RemoteError, CorruptBlock):
+                self._answered()
+                raise
+            except TransportError as e:
+                await trio.sleep(attempts.failed(e))
+                continue
+            self._answered()
+            return result
+        raise attempts.unavailable()
 
     def _answered(self) -> None:
         self.answered += 1
         self.breaker.success()
+
+    def open(self) -> None:
+        """Connect ahead of the first request; a server that is down now is found out by that request."""
+        try:
+            self.connection.open(self.policy.timeout)
+        except TransportError as e:
+            log.debug("flash server %s: not connected ahead: %s", self.name, e)
 
     def probe(self) -> None:
         """One stat request, bypassing the breaker: closes it when the server answers."""

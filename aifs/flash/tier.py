@@ -16,13 +16,18 @@ Mounts of one volume use the same namespace and share its blocks.
 
 Methods are synchronous and thread-safe, for TierManager's worker threads:
 never call them on an event loop, a dead server may take `read_bound` seconds.
+The exception are those named `_on_loop`: over TCP, ranged reads (small and
+bound by latency) run on the mount's trio loop, where a thread hop would cost
+as much as the network.
 """
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import xxhash
@@ -31,6 +36,7 @@ from aifs.flash.endpoint import RetryPolicy, ServerHandle, ServerUnavailable
 from aifs.flash.erasure import ErasureCode
 from aifs.flash.health import FAILURES_TO_DOWN, CircuitBreaker, Prober
 from aifs.flash.ring import VNODES, HashRing
+from aifs.rdma.loop_tcp import LoopTcpReader
 from aifs.rdma.select import select_transport
 from aifs.rdma.transport import Address, BlockMissing, Connection, RemoteError, Transport
 from aifs.tiers.checksum import CorruptBlock
@@ -40,6 +46,24 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 STAT_TTL = 10.0
 _LOW63 = (1 << 63) - 1  # shard ids (erasure) have the top bit set, block keys never do
+
+
+@contextmanager
+def _as_miss(handle: ServerHandle, block_id: int) -> Iterator[None]:
+    """A request to a cache that did not work out, for whatever reason, is a miss (logged)."""
+    try:
+        yield
+    except BlockMissing:
+        pass
+    except (RemoteError, CorruptBlock) as e:
+        log.warning("block %016x on flash server %s: %s", block_id, handle.name, e)
+    except ServerUnavailable as e:
+        log.debug("block %016x: %s", block_id, e)
+
+
+async def _read_on_loop(reader: LoopTcpReader, block_id: int, offset: int, length: int, timeout: float) -> bytes:
+    buf = bytearray(length)
+    return bytes(memoryview(buf)[:await reader.read_into(block_id, buf, offset, timeout)])
 
 
 class RemoteWriteFailed(Exception):
@@ -73,6 +97,10 @@ class RemoteFlashTier:
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(addresses)), thread_name_prefix="aifs-flash")
         self._stat_lock = threading.Lock()
         self._stats: tuple[float, int, int] | None = None  # (when, capacity, used)
+        for handle in self._servers.values():
+            self._pool.submit(handle.open)
+        self._loop_readers = ({name: LoopTcpReader(h.address) for name, h in self._servers.items()}
+                              if self._transport.name == "tcp" and self._ec is None else None)
         self._prober = Prober(self._down, lambda name: self._servers[name].probe(), probe_interval)
 
     # -- placement -------------------------------------------------------------------
@@ -99,14 +127,8 @@ class RemoteFlashTier:
 
     def _ask(self, handle: ServerHandle, block_id: int, request: Callable[[Connection, float], T]) -> T | None:
         """One request with the server's retries; None when it did not work out, for whatever reason."""
-        try:
+        with _as_miss(handle, block_id):
             return handle.call(request)
-        except BlockMissing:
-            return None
-        except (RemoteError, CorruptBlock) as e:
-            log.warning("block %016x on flash server %s: %s", block_id, handle.name, e)
-        except ServerUnavailable as e:
-            log.debug("block %016x: %s", block_id, e)
         return None
 
     def _request(self, handle: ServerHandle, block_id: int,
@@ -148,6 +170,27 @@ class RemoteFlashTier:
             return bytes(memoryview(buf)[:connection.read_into(block_id, buf, offset, timeout)])
 
         return self._first_replica(block_id, read)
+
+    @property
+    def ranges_on_loop(self) -> bool:
+        """Whether `get_range_on_loop` serves ranged reads (TCP, replicas): else use `get_range`."""
+        return self._loop_readers is not None
+
+    async def open_on_loop(self, per_server: int = 2) -> None:
+        """Connect the loop's sockets ahead of the first ranged reads (best effort)."""
+        for reader in (self._loop_readers or {}).values():
+            await reader.open(per_server, self._servers[str(reader.address)].policy.timeout)
+
+    async def get_range_on_loop(self, block_id: int, offset: int, length: int) -> bytes | None:
+        """`get_range` on the calling trio loop, with the same retries, replica order and
+        health: for TCP, where a thread hop would cost as much as the network."""
+        assert self._loop_readers is not None
+        block_id = self._key(block_id)
+        for handle in self._replica_set(block_id):
+            read = partial(_read_on_loop, self._loop_readers[handle.name], block_id, offset, length)
+            with _as_miss(handle, block_id):
+                return await handle.call_on_loop(read)
+        return None
 
     def _get_shards(self, block_id: int) -> bytes | None:
         """Read k shards; if some fail, read the others, and rebuild from any k."""
@@ -246,6 +289,11 @@ class RemoteFlashTier:
         """One entry per server: whether it is up, its current failure streak, requests it answered."""
         return [{"server": name, "up": h.up, "failures": h.breaker.failures, "answered": h.answered}
                 for name, h in self._servers.items()]
+
+    def close_on_loop(self) -> None:
+        """Close the loop's sockets (on that loop: trio sockets cannot be closed from a thread)."""
+        for reader in (self._loop_readers or {}).values():
+            reader.close()
 
     def close(self) -> None:
         self._prober.close()

@@ -177,6 +177,19 @@ class _Stream:
             got += step if step else self._recv_into(target)
 
 
+def range_request(block_id: int, offset: int, length: int) -> dict[str, Any]:
+    """The request for `length` bytes of a block from `offset` (all of them: offset 0, length -1)."""
+    return {"op": GET, "id": block_id, "off": offset, "len": length}
+
+
+def answer_error(request: dict[str, Any], answer: dict[str, Any]) -> RemoteError | None:
+    """What an error answer to `request` raises (BlockMissing for a plain miss); None for success."""
+    err = answer.get("err")
+    if err == MISSING:
+        return BlockMissing(request.get("id", 0))
+    return RemoteError(err, answer.get("msg", "")) if err else None
+
+
 class TcpConnection:
     """Requests to one server, spread round-robin over `streams` sockets that reconnect when broken."""
 
@@ -188,7 +201,14 @@ class TcpConnection:
         self._turn = itertools.count()
 
     def _stream(self, timeout: float) -> _Stream:
-        i = next(self._turn) % len(self._streams)
+        return self._open(next(self._turn) % len(self._streams), timeout)
+
+    def open(self, timeout: float | None = None) -> None:
+        for i in range(len(self._streams)):
+            self._open(i, self._timeout if timeout is None else timeout)
+
+    def _open(self, i: int, timeout: float) -> _Stream:
+        """Stream `i`, connected afresh if it never was or broke."""
         if not self._locks[i].acquire(timeout=timeout):
             raise TransportError(f"connecting to {self.address} is stuck")
         try:
@@ -206,24 +226,21 @@ class TcpConnection:
         deadline = time.monotonic() + budget
         stream = self._stream(budget)
         answer = stream.call(header, payload, dest, max(0.0, deadline - time.monotonic()))
-        err = answer.header.get("err")
-        if err == MISSING:
-            raise BlockMissing(header.get("id", 0))
-        if err:
-            raise RemoteError(err, answer.header.get("msg", ""))
+        error = answer_error(header, answer.header)
+        if error is not None:
+            raise error
         return answer.header, answer.dest, answer.nbytes
 
     def read_into(self, block_id: int, buf: memoryview | bytearray, offset: int = 0,
                   timeout: float | None = None) -> int:
         view = memoryview(buf).cast("B")
-        answer, _, n = self.call({"op": GET, "id": block_id, "off": offset, "len": len(view)}, dest=view,
-                                 timeout=timeout)
+        answer, _, n = self.call(range_request(block_id, offset, len(view)), dest=view, timeout=timeout)
         if offset == 0 and n == answer["size"]:
             verify(block_id, view[:n], answer["sum"], self.address)
         return n
 
     def read(self, block_id: int, timeout: float | None = None) -> bytes:
-        answer, data, n = self.call({"op": GET, "id": block_id, "off": 0, "len": -1}, timeout=timeout)
+        answer, data, n = self.call(range_request(block_id, 0, -1), timeout=timeout)
         data = bytes(data if data is not None else b"")
         verify(block_id, data, answer["sum"], self.address)
         return data

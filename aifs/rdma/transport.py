@@ -1,7 +1,8 @@
 """The interface every block transport implements; the remote tier sees only this.
 
 A connection is created without touching the network and connects on its first
-request, so building a tier never blocks on a server that is down. Each request
+request, so building a tier never blocks on a server that is down; the tier then asks
+each one to `open` in the background, ahead of the first reads. Each request
 takes its own timeout: the caller's retry policy decides how long a server may
 keep it waiting.
 """
@@ -72,6 +73,10 @@ class Connection(Protocol):
     """Requests to one block server; thread-safe, and requests from many threads pipeline."""
 
     address: Address
+
+    def open(self, timeout: float | None = None) -> None:
+        """Connect now rather than on the first request (raises TransportError), so that
+        a tier built ahead of its reads does not make them pay for connecting."""
 
     def read_into(self, block_id: int, buf: memoryview | bytearray, offset: int = 0,
                   timeout: float | None = None) -> int:

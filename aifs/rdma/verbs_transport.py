@@ -142,6 +142,11 @@ class VerbsConnection:
 
     # -- the Connection interface -----------------------------------------------------
 
+    def open(self, timeout: float | None = None) -> None:
+        budget = self._transport.timeout if timeout is None else timeout
+        self._control.open(budget)
+        self._slots(budget)
+
     def read_into(self, block_id: int, buf: memoryview | bytearray, offset: int = 0,
                   timeout: float | None = None) -> int:
         budget = self._transport.timeout if timeout is None else timeout

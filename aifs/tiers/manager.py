@@ -10,8 +10,9 @@ remote and cold tiers, takes a slot of that back end's PriorityLimiter, so
 demand reads go before readahead, warmup and uploads.
 
 The remote tier is a cache shared by many nodes: every call to it runs in a
-thread (a dead server may hold one for the read bound), anything it fails to do
-is a miss, and blocks reach it through background offers that are dropped when
+thread (a dead server may hold one for the read bound), except ranged reads
+over TCP, which wait on the loop itself under the same bounds (a thread hop
+would cost them as much as the network); anything it fails to do is a miss, and blocks reach it through background offers that are dropped when
 its backlog is full: those read from the cold tier, and those uploaded once the
 cold tier holds them durably. With `only_copy` blocks are offered, pinned, as
 soon as they are staged, and unpinned once durable. A block found remotely is
@@ -55,6 +56,19 @@ class RemoteTier(Tier, Protocol):
     def unpin(self, block_id: int) -> None: ...
 
     def close(self) -> None: ...
+
+    @property
+    def ranges_on_loop(self) -> bool:
+        """Whether ranged reads may use `get_range_on_loop` rather than a thread."""
+
+    async def open_on_loop(self) -> None:
+        """Connect what `get_range_on_loop` uses, ahead of the first reads."""
+
+    async def get_range_on_loop(self, block_id: int, offset: int, length: int) -> bytes | None:
+        """`get_range` on the calling trio loop."""
+
+    def close_on_loop(self) -> None:
+        """Release what the loop's reads hold; called on the loop, before `close`."""
 
 
 @dataclass
@@ -131,13 +145,13 @@ class TierManager:
         started = time.perf_counter()
         call = (tier.get, block_id) if span is None else (tier.get_range, block_id, *span)
         try:
+            if tier is self.remote:
+                return await self._remote_get(ticket, call, span)
             return await self._get_from(tier, length if span is None else span[1], ticket, call)
         finally:
             observe_tier_read(tier.name, time.perf_counter() - started)
 
     async def _get_from(self, tier: Tier, nbytes: int, ticket: Ticket, call: tuple) -> bytes | None:
-        if tier is self.remote:
-            return await self._remote_get(ticket, call)
         try:
             if tier is self.cold:
                 return await self._cold_io(ticket, *call)
@@ -146,9 +160,14 @@ class TierManager:
             log.error("reading block %016x from tier %s failed: %s", call[1], tier.name, e)
             return None
 
-    async def _remote_get(self, ticket: Ticket, call: tuple) -> bytes | None:
-        """Whatever goes wrong in a cache is a miss: the read goes on to the cold tier."""
+    async def _remote_get(self, ticket: Ticket, call: tuple, span: Span) -> bytes | None:
+        """Whatever goes wrong in a cache is a miss: the read goes on to the cold tier.
+        A ranged read stays on the loop where the tier can serve it so (TCP)."""
+        assert self.remote is not None
         try:
+            if span is not None and self.remote.ranges_on_loop:
+                async with self._remote_limiter.slot(ticket):
+                    return await self.remote.get_range_on_loop(call[1], *span)
             return await self._remote_io(ticket, *call)
         except Exception as e:  # noqa: BLE001 - a broken cache must never fail a read
             log.warning("reading block %016x from the remote tier failed, reading further down: %r", call[1], e)
@@ -378,10 +397,16 @@ class TierManager:
             except Exception as e:  # noqa: BLE001 - see delete()
                 log.warning("deleting block %016x from the remote tier failed: %r", block_id, e)
 
+    async def open_on_loop(self) -> None:
+        """Connect ahead what the remote tier's reads on this loop use (best effort)."""
+        if self.remote is not None:
+            await self.remote.open_on_loop()
+
     async def close(self) -> None:
         """Give queued offers a few seconds to reach the servers, then close the remote tier."""
         for calls in (self.fills, self.background):
             if calls is not None:
                 await trio.to_thread.run_sync(calls.close)
         if self.remote is not None:
+            self.remote.close_on_loop()
             await trio.to_thread.run_sync(self.remote.close)

@@ -9,7 +9,8 @@ A waiter's priority can be raised while it waits: a demand read that joins a
 readahead fetch makes that fetch urgent.
 """
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TypeVar
@@ -55,6 +56,11 @@ class PriorityLimiter:
         return self.busy < limit
 
     async def acquire(self, ticket: Ticket) -> None:
+        """Take a slot: at once when one is free and nobody waits (no trip through the
+        scheduler, which would cost a small read a tenth of its time), else in turn."""
+        if not self._waiting and self._fits(ticket.priority):
+            self.busy += 1
+            return
         ticket.granted = trio.Event()
         ticket.waiting_in = self
         self._waiting.append(ticket)
@@ -84,10 +90,16 @@ class PriorityLimiter:
             self.busy += 1
             ticket.granted.set()
 
-    async def run(self, ticket: Ticket, fn: Callable[..., T], *args: object) -> T:
-        """`fn(*args)` on a worker thread once the ticket holds a slot."""
+    @asynccontextmanager
+    async def slot(self, ticket: Ticket) -> AsyncIterator[None]:
+        """Hold a slot for the body of the `async with`, once the ticket's turn comes."""
         await self.acquire(ticket)
         try:
-            return await trio.to_thread.run_sync(fn, *args, limiter=self._threads)
+            yield
         finally:
             self.release()
+
+    async def run(self, ticket: Ticket, fn: Callable[..., T], *args: object) -> T:
+        """`fn(*args)` on a worker thread once the ticket holds a slot."""
+        async with self.slot(ticket):
+            return await trio.to_thread.run_sync(fn, *args, limiter=self._threads)

@@ -105,6 +105,7 @@ class Volume:
         nursery.start_soon(self.uploader.run)
         nursery.start_soon(self.gc.run)
         self.spawn(self.pinner.restore)
+        self.spawn(self.tiers.open_on_loop)
 
     def spawn(self, fn, *args) -> bool:
         """Run a background job in the volume's nursery; its failure is logged, never fatal.
