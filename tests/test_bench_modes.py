@@ -1,7 +1,7 @@
 """`aifs bench --mode` end to end at a tiny scale, for the modes that build volumes on S3.
 
-Each mode mounts its own volumes (root, /dev/fuse) and starts a moto server on
-127.0.0.1. Checked: every row and column with a positive number, the goal lines, the
+Each mode mounts its own volumes (root, /dev/fuse) and starts a moto server (and,
+for remote-tier, flash block servers) on 127.0.0.1. Checked: every row and column with a positive number, the goal lines, the
 scratch folder removed, no mount and no child process left behind; and that the
 tier-counter check turns a read served by the wrong tier into an error, both on
 made-up status reports and on a real volume whose NVMe was not wiped.
@@ -31,6 +31,8 @@ CHECKPOINT_COLUMNS = ["aifs-local", "aifs-remote", "boto3", "local"]
 TIERS_ROWS = ["epoch1", "epoch2", "epoch1-s3-gets", "read-seq-s3", "read-seq-nvme", "read-seq-ram",
               "pinned-p50", "pinned-p99", "pinned-p999"]
 TIERS_COLUMNS = ["aifs", "local"]
+REMOTE_ROWS = ["read-seq", "randread-p50", "randread-p99"]
+REMOTE_COLUMNS = ["remote", "remote-cold", "nvme", "s3"]
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +107,17 @@ def test_tiers_measures_every_row(base: Path) -> None:
     assert_complete(document, TIERS_ROWS, TIERS_COLUMNS)
     assert document["notes"]["epoch1-s3-gets"]["local"] == tiers.BOTO3_NOTE
     assert len(document["goals"]) == 3 and "goal >= 5,000" in document["goals"][0]
+    assert_left_nothing(base)
+
+
+def test_remote_tier_measures_every_column(base: Path) -> None:
+    result = run_mode(base, "remote-tier")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert_complete(document, REMOTE_ROWS, REMOTE_COLUMNS)
+    assert [line.split(":")[0] for line in document["goals"]] == [
+        "remote / nvme sequential", "remote / s3 random p99",
+        "remote-cold / nvme sequential", "remote-cold / s3 random p99"]
     assert_left_nothing(base)
 
 

@@ -8,16 +8,20 @@ mounts an aifs volume with ram, nvme, remote and cold tiers, writes one file, wa
 until the cold tier and the flash servers hold all of it, and then reads it through
 fresh mounts, each time with the blocks in exactly one tier below RAM:
 
-    nvme     remounted as is: NVMe holds every block, RAM none
-    remote   NVMe wiped first: the blocks are only on the flash servers
-    cold     NVMe wiped, mounted without the remote tier: only the cold tier has them
+    nvme         remounted as is: NVMe holds every block, RAM none
+    remote       NVMe wiped first: the blocks are only on the flash servers, which
+                 keep them in their page cache as a server with RAM for its hot set does
+    remote-cold  the same with the servers' page caches emptied: every read reaches their disks
+    cold         NVMe wiped, mounted without the remote tier: only the cold tier has them
 
 Each gets a sequential read of the file (MiB/s), and after another fresh mount one 4 KiB
 pread at a random offset in every block, blocks in random order (p50/p99 µs): every
-sample is its block's first touch, so it pays that tier's whole-block fetch. The
-kernel's caches are dropped before each mount (root), and the mount's own tier
-counters are checked after each read: a number measured on the wrong tier is an
-error, never a result.
+sample is its block's first touch, so it pays that tier's fetch (of the 64 KiB chunk
+that holds the page). Before each mount the page cache of the node's data tiers (NVMe,
+local object store) is emptied, and the flash servers' as the column says; the
+metadata stays as warm as a serving mount's, since it costs every column alike. The
+mount's own tier counters are checked after each read: a number measured on the wrong
+tier is an error, never a result.
 
     python3 -m aifs.bench.remote BASE [--scale F] [--servers N] [--block-size SIZE]
                                       [--cold s3|objstore] [--s3-endpoint URL --bucket NAME] [--json]
@@ -34,7 +38,7 @@ from pathlib import Path
 import click
 
 from aifs.bench import report
-from aifs.bench.caches import CacheDropper
+from aifs.bench.caches import evict_files
 from aifs.bench.fileio import pread_latencies, read_rate, write_synced
 from aifs.bench.measure import GiB, KiB, MiB, percentile
 from aifs.bench.scratch import (BLOCK, BUCKET, ScratchVolume, check_source, child, free_port, s3_target,
@@ -50,6 +54,7 @@ IO_SIZE = 4 * MiB
 PAGE = 4 * KiB
 REPLICAS = 2
 SEED = 3
+WARM_UP = "warm-up.bin"
 HOLD_TIMEOUT_S = 300.0
 OBJSTORE = tier("objstore")
 
@@ -82,7 +87,13 @@ def _read_seq(path: Path, size: int, block: int) -> list[Result]:
 
 
 def _randread(path: Path, size: int, block: int) -> list[Result]:
-    """One 4 KiB pread in every block, at a random page, blocks in random order."""
+    """One 4 KiB pread in every block, at a random page, blocks in random order.
+
+    Two random reads of another file go first, untimed: a fresh mount's first requests
+    open its metadata tables, connections and code paths, which a mount serving for
+    days never pays again, and with one sample per block they would be the p99.
+    """
+    pread_latencies(str(path.with_name(WARM_UP)), [block // 4, 3 * block // 4], PAGE)
     rng = random.Random(SEED)
     blocks = list(range(-(-size // block)))
     rng.shuffle(blocks)
@@ -109,50 +120,57 @@ def _wait_held(servers: list[str], copies: int) -> None:
 
 def run(base: str, scale: float, progress: Progress, s3_endpoint: str | None = None, bucket: str = BUCKET,
         servers: int = 3, transport: str = "auto", cold: str = "s3", block: int = BLOCK) -> Results:
-    """Columns remote, nvme and the cold tier; rows read-seq and randread-p50/p99."""
+    """Columns remote, remote-cold, nvme and the cold tier; rows read-seq and randread-p50/p99."""
     size = max(block, round(FILE_SIZE * scale) // block * block)
-    drop_caches = CacheDropper(warn=progress)
     with ExitStack() as stack:
         root = scratch_root(stack, base, "remote")
         capacity = 2 * size * REPLICAS // servers + 256 * MiB
-        addresses = [stack.enter_context(_flash_server(root / f"flash{i}", capacity, transport))
-                     for i in range(servers)]
+        flash = [root / f"flash{i}" for i in range(servers)]
+        addresses = [stack.enter_context(_flash_server(path, capacity, transport)) for path in flash]
         cold_tier = s3_target(stack, root, s3_endpoint, bucket).tier() if cold == "s3" else OBJSTORE
         volume = _Volume(root, size, block, addresses, transport, cold_tier)
         progress(f"writing {size >> 20} MiB in {block >> 10} KiB blocks; flash servers at {', '.join(addresses)}")
         with volume.mounted(volume.with_remote) as mnt:
             write_synced(str(mnt / "data.bin"), size, memoryview(os.urandom(IO_SIZE)))
+            write_synced(str(mnt / WARM_UP), block, memoryview(os.urandom(block)))
             volume.sync(mnt)
-            _wait_held(addresses, size // block * REPLICAS)
-        results = {source: _measure(volume, source, size, block, drop_caches, progress)
-                   for source in ("nvme", "remote", cold)}  # nvme first: the others wipe it
-        return {name: results[name] for name in ("remote", "nvme", cold)}
+            _wait_held(addresses, (size // block + 1) * REPLICAS)
+        columns = [("nvme", []), ("remote", []), ("remote-cold", flash), (cold, [])]  # nvme first: the others wipe it
+        results = {name: _measure(volume, name, size, block, evicted, progress) for name, evicted in columns}
+        return {name: results[name] for name in ("remote", "remote-cold", "nvme", cold)}
 
 
-def _measure(volume: _Volume, source: str, size: int, block: int, drop_caches: CacheDropper,
+def _measure(volume: _Volume, column: str, size: int, block: int, evicted: list[Path],
              progress: Progress) -> dict[str, Result]:
-    """Both reads of the file, each through a fresh mount with the blocks only in `source` below RAM."""
+    """Both reads of the file, each through a fresh mount with the blocks only in the column's
+    tier below RAM, after emptying the page cache of the node's data tiers and of `evicted`."""
+    source = column.removesuffix("-cold")
     config = volume.without_remote if source in ("s3", "objstore") else volume.with_remote
     results = {}
     for measure in (_read_seq, _randread):
         if source != "nvme":
             volume.wipe_nvme()
-        note = drop_caches()
-        progress(f"{source}: {measure.__name__.strip('_')}")
+        evict_files(*volume.data_tiers(), *evicted)
+        progress(f"{column}: {measure.__name__.strip('_')}")
         with volume.mounted(config) as mnt:
             measured = measure(mnt / "data.bin", size, block)
             check_source(volume.status(), source)
-        results.update({r.label: Result(r.value, r.unit, note) for r in measured})
+        results.update({r.label: r for r in measured})
     return results
 
 
 def goals(results: Results) -> list[str]:
-    """The issue's targets: remote sequential >= 50% of NVMe's; remote random p99 < 1/10 of cold's."""
-    remote, nvme, cold = results.values()
-    seq = remote["read-seq"].value / nvme["read-seq"].value
-    p99 = remote["randread-p99"].value / cold["randread-p99"].value
-    return [f"remote / nvme sequential: {seq:.2f} (goal >= 0.5)",
-            f"remote / {list(results)[-1]} random p99: {p99:.3f} (goal < 0.1)"]
+    """The issue's targets: remote sequential >= 50% of NVMe's; remote random p99 < 1/10 of cold's,
+    with the flash servers' page caches warm and cold."""
+    remote, remote_cold, nvme, cold = results.values()
+    name = list(results)[-1]
+    lines = []
+    for label, column in (("remote", remote), ("remote-cold", remote_cold)):
+        seq = column["read-seq"].value / nvme["read-seq"].value
+        p99 = column["randread-p99"].value / cold["randread-p99"].value
+        lines += [f"{label} / nvme sequential: {seq:.2f} (goal >= 0.5)",
+                  f"{label} / {name} random p99: {p99:.3f} (goal < 0.1)"]
+    return lines
 
 
 @click.command()

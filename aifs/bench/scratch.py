@@ -207,6 +207,11 @@ class ScratchVolume:
         except OSError as error:
             return f"(no log: {error})"
 
+    def data_tiers(self) -> list[Path]:
+        """The folders of the node's data tiers that exist (NVMe, local object store);
+        not the metadata."""
+        return [path for path in (self.state / "nvme", self.state / "objects") if path.exists()]
+
     def wipe_nvme(self) -> None:
         """Empty the NVMe tier (unmounted only), so the next mount must read from further down."""
         shutil.rmtree(self.state / "nvme", ignore_errors=True)
