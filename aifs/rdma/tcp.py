@@ -6,9 +6,14 @@ request id and receives a payload straight into the buffer its caller gave
 `sendmsg`. A request that times out breaks its socket: a server that stopped
 answering one request is not trusted with the others, and they fail at once
 instead of each waiting out its own timeout. The next request reconnects.
+An idle reader sleeps in poll() without a timeout (ten wake-ups a second per
+socket would take the GIL from the mount's event loop at random moments, its
+reads' worst latencies); breaking or closing a stream shuts its socket down,
+which wakes the reader.
 """
 
 import itertools
+import select
 import socket
 import threading
 import time
@@ -19,7 +24,7 @@ from aifs.rdma.wire import DELETE, GET, HAS, MISSING, PUT, STAT, UNPIN, FrameRea
 from aifs.tiers.checksum import checksum as block_checksum
 
 DEFAULT_TIMEOUT = 5.0
-POLL = 0.1          # a blocked send re-checks its deadline, an idle reader checks for close, this often
+POLL = 0.1          # a blocked send re-checks its deadline this often
 CLOSE_GRACE = 5.0   # how long a timed-out caller waits for the reader to let go of its buffer
 _SCRATCH = 64 << 10
 
@@ -47,6 +52,8 @@ class _Stream:
             raise TransportError(f"cannot connect to {address}: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.settimeout(POLL)
+        self._readable = select.poll()
+        self._readable.register(self._sock, select.POLLIN)
         self._address = address
         self._rids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -150,6 +157,7 @@ class _Stream:
 
     def _recv_into(self, view: memoryview) -> int:
         while True:
+            self._readable.poll()  # no timeout: `fail` shuts the socket down, which wakes it
             if self._error is not None:
                 raise self._error
             try:
