@@ -1,11 +1,13 @@
 """`aifs bench --mode` end to end at a tiny scale, for the modes that build volumes on S3.
 
 Each mode mounts its own volumes (root, /dev/fuse) and starts a moto server (and,
-for remote-tier, flash block servers) on 127.0.0.1. Checked: every row and column with a positive number, the goal lines, the
-scratch folder removed, no mount and no child process left behind; and that the
-tier-counter check turns a read served by the wrong tier into an error, both on
-made-up status reports and on a real volume whose NVMe was not wiped.
-Caches are never really dropped (as in test_bench.py).
+for remote-tier, flash block servers) on 127.0.0.1. Checked: every row and column
+with a positive number, the goal lines, the scratch folder removed, no mount and
+no child process left behind; and that the tier-counter check turns a read served
+by the wrong tier into an error, both on made-up status reports and on a real
+volume whose NVMe was not wiped. Caches are never really dropped (as in
+test_bench.py); files are evicted from the page cache one by one where a mode
+does that.
 """
 
 import dataclasses

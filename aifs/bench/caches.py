@@ -35,7 +35,7 @@ class CacheDropper:
 def evict_files(*roots: Path) -> None:
     """Drop the page cache of the files under `roots` only, leaving every other cache warm.
 
-    A mode that must read one party's data cold (the node's NVMe and metadata) while
+    A mode that must read one party's data cold (the node's NVMe) while
     another keeps what it would keep in production (a block server's RAM) cannot use
     drop_caches, which empties them all. Clean pages only: it syncs first. Needs no root.
     """

@@ -21,9 +21,9 @@ from typing import Any
 import trio
 
 from aifs.rdma.loopsock import LoopSocket
+from aifs.rdma.tcp import answer_error, range_request
 from aifs.rdma.transport import Address, TransportError
 from aifs.rdma.wire import FrameReader, ProtocolError, frame
-from aifs.rdma.tcp import answer_error, range_request
 
 MAX_IDLE = 8
 
@@ -89,7 +89,8 @@ class LoopTcpReader:
             raise
         return conn
 
-    async def _exchange(self, conn: _Connection, request: dict[str, Any], view: memoryview) -> tuple[dict[str, Any], int]:
+    async def _exchange(self, conn: _Connection, request: dict[str, Any],
+                        view: memoryview) -> tuple[dict[str, Any], int]:
         try:
             await conn.sendmsg([memoryview(frame(request, 0))])
             while (got := conn.frames.header()) is None:

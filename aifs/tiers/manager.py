@@ -12,8 +12,9 @@ demand reads go before readahead, warmup and uploads.
 The remote tier is a cache shared by many nodes: every call to it runs in a
 thread (a dead server may hold one for the read bound), except ranged reads
 over TCP, which wait on the loop itself under the same bounds (a thread hop
-would cost them as much as the network); anything it fails to do is a miss, and blocks reach it through background offers that are dropped when
-its backlog is full: those read from the cold tier, and those uploaded once the
+would cost them as much as the network). Anything it fails to do is a miss,
+and blocks reach it through background offers that are dropped when its
+backlog is full: those read from the cold tier, and those uploaded once the
 cold tier holds them durably. With `only_copy` blocks are offered, pinned, as
 soon as they are staged, and unpinned once durable. A block found remotely is
 copied to NVMe in the background too: the reader, who came for the remote
