@@ -4,8 +4,10 @@ One trio task per connection reads requests and starts a task per request,
 so requests pipelined on one socket are served concurrently (up to
 MAX_IN_FLIGHT, then the reader waits) and answered in whatever order they
 finish; quick requests (small ranges, bookkeeping) are answered by the reader
-itself, as a task of their own would cost more than they do. Small requests
-run on the event loop; disk I/O of big blocks goes to a bounded thread pool.
+itself, as a task of their own would cost more than they do. A small read that
+the page cache holds is served on the event loop; every read that needs the
+disk, and all I/O of big blocks, goes to a bounded thread pool, so one slow
+disk read never holds up the other clients.
 Sockets are driven without a scheduler trip per call (LoopSocket). A failure
 inside one request becomes an error answer to that request, never the end of
 the server.
@@ -130,7 +132,9 @@ class BlockServer:
         block_id, offset, length = header["id"], header.get("off", 0), header.get("len", -1)
         try:
             nbytes = self.store.size(block_id) if length < 0 else length
-            data, size, block_sum = await self._in_thread_if_big(nbytes, self.store.read, block_id, offset, length)
+            found = self.store.read_cached(block_id, offset, length) if nbytes <= INLINE_BYTES else None
+            data, size, block_sum = found or await trio.to_thread.run_sync(
+                self.store.read, block_id, offset, length, limiter=self._io)
         except KeyError:
             return {"err": MISSING}, None
         except CorruptRecord as e:
@@ -197,7 +201,8 @@ class BlockServer:
 
 def _quick(header: dict[str, Any]) -> bool:
     """Requests served from memory or with one small read: a ranged GET of up to
-    INLINE_BYTES, and the bookkeeping ones (HAS, STAT, DELETE, UNPIN)."""
+    INLINE_BYTES, and the bookkeeping ones (HAS, STAT, DELETE, UNPIN). A small GET
+    that turns out to need the disk holds up only its own connection meanwhile."""
     op = header.get("op")
     if op == GET:
         length = header.get("len", -1)

@@ -11,10 +11,11 @@ import logging
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from aifs.flash.pins import PinJournal
-from aifs.tiers.checksum import checksum
+from aifs.tiers.checksum import Buffer, checksum
 from aifs.tiers.segments import SEGMENT_BYTES, Location, SegmentLog
 
 log = logging.getLogger(__name__)
@@ -120,14 +121,28 @@ class BlockStore:
         it against the chunk checksums it keeps (reading and hashing 4 MiB to serve
         4 KiB would make small reads slow).
         """
+        found = self._read_with(self._log.read, block_id, offset, length)
+        assert found is not None  # SegmentLog.read always returns bytes
+        return found
+
+    def read_cached(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[memoryview, int, int | None] | None:
+        """`read` from the page cache only: None when any byte would need the disk, so the
+        server's event loop answers at once what memory holds and leaves the disk to threads."""
+        return self._read_with(self._log.read_cached, block_id, offset, length)
+
+    def _read_with(self, read: Callable[[Location, int, int | None], Buffer | None], block_id: int, offset: int,
+                   length: int) -> tuple[memoryview, int, int | None] | None:
         with self._lock:
             location = self._index[block_id]
             if block_id in self._lru:
                 self._lru.move_to_end(block_id)
         size = location.length - SUM.size
         if offset > 0 or 0 <= length < size:
-            return memoryview(self._read(block_id, location, SUM.size + offset, length)), size, None
-        raw = self._read(block_id, location)
+            part = self._read(read, block_id, location, SUM.size + offset, length)
+            return None if part is None else (memoryview(part), size, None)
+        raw = self._read(read, block_id, location, 0, None)
+        if raw is None:
+            return None
         (expected,) = SUM.unpack_from(raw)
         data = memoryview(raw)[SUM.size:]
         if checksum(data) != expected:
@@ -139,9 +154,11 @@ class BlockStore:
             raise CorruptRecord(f"block {block_id:016x} failed its checksum on this server")
         return data, len(data), expected
 
-    def _read(self, block_id: int, location: Location, offset: int = 0, length: int | None = None) -> bytes:
+    @staticmethod
+    def _read(read: Callable[[Location, int, int | None], Buffer | None], block_id: int, location: Location,
+              offset: int, length: int | None) -> Buffer | None:
         try:
-            return self._log.read(location, offset, length)
+            return read(location, offset, length)
         except (OSError, KeyError):  # evicted while being read
             raise KeyError(block_id) from None
 

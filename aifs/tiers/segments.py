@@ -65,6 +65,9 @@ def _punch(fd: int, start: int, end: int) -> None:
             raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE) failed")
 
 
+_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # preadv fails with EAGAIN rather than wait for the disk
+
+
 def _read_exact(fd: int, length: int, offset: int) -> bytes:
     data = os.pread(fd, length, offset)
     if len(data) == length:
@@ -155,9 +158,29 @@ class SegmentLog:
 
     def read(self, location: Location, offset: int = 0, length: int | None = None) -> bytes:
         """The record's bytes, or `length` of them from `offset` (cut at the record's end)."""
+        fd, count, position = self._span(location, offset, length)
+        return _read_exact(fd, count, position)
+
+    def read_cached(self, location: Location, offset: int = 0, length: int | None = None) -> bytearray | None:
+        """`read`, from the page cache only: None when any of the bytes would need the disk,
+        so an event loop serves cached bytes at once and leaves disk reads to a thread."""
+        fd, count, position = self._span(location, offset, length)
+        buf = bytearray(count)
+        try:
+            got = os.preadv(fd, [buf], position, _NOWAIT) if _NOWAIT else 0
+        except BlockingIOError:
+            return None
+        except OSError as e:
+            if e.errno == errno.EOPNOTSUPP:  # a file system without non-blocking reads
+                return None
+            raise
+        return buf if got == count else None
+
+    def _span(self, location: Location, offset: int, length: int | None) -> tuple[int, int, int]:
+        """(descriptor, byte count, file position) of `length` bytes from `offset` of the record."""
         offset = min(offset, location.length)
         count = location.length - offset if length is None else min(length, location.length - offset)
-        return _read_exact(self._segments[location.segment].fd, count, location.offset + offset)
+        return self._segments[location.segment].fd, count, location.offset + offset
 
     def read_into(self, location: Location, buf: bytearray) -> None:
         """The record's bytes into `buf`, resized to fit: a buffer reused for records of about

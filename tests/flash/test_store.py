@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from aifs.flash.store import BlockStore, ChecksumMismatch, CorruptRecord, Record, StoreFull, SUM
@@ -119,3 +121,32 @@ def test_a_range_is_read_alone_and_left_to_the_client_to_check(tmp_path):
     assert bytes(store.read(1, 0, 10)[0])[5] != data[5], "served as stored: the client decides"
     with pytest.raises(CorruptRecord):
         store.read(1)
+
+
+def evict(root) -> None:
+    """Drop the store's segments from the page cache, as a server long idle or short of RAM."""
+    for path in root.rglob("seg-*.log"):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def test_cached_reads_answer_from_memory_only(tmp_path):
+    """The event loop serves what the page cache holds; a read that needs the disk is None (left
+    to a thread), and a rotten whole block is caught on this path too."""
+    store = BlockStore(tmp_path, 1 << 20)
+    data = put(store, 1)
+    assert bytes(store.read_cached(1, 100, 50)[0]) == data[100:150]
+    got, size, block_sum = store.read_cached(1)
+    assert bytes(got) == data and size == len(data) and block_sum == checksum(data)
+    evict(tmp_path)
+    assert store.read_cached(1, 100, 50) is None and store.read_cached(1) is None
+    assert bytes(store.read(1, 100, 50)[0]) == data[100:150]  # the disk read a thread would do
+    path, offset = find_on_disk(tmp_path, data)
+    flip_byte(path, offset + 5)
+    with open(path, "rb") as f:
+        f.read()  # the whole segment in the page cache again
+    with pytest.raises(CorruptRecord):
+        store.read_cached(1)
+    with pytest.raises(KeyError):
+        store.read_cached(2)
