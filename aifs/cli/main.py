@@ -1,22 +1,44 @@
-"""Entry point of the `aifs` command: one group, one module per sub-command."""
+"""Entry point of the `aifs` command: one group, one module per sub-command.
+
+A sub-command's module is imported only when that command runs (or help lists
+them all): `aifs status` or `aifs sync --wait`, called from scripts after every
+checkpoint, do not pay for importing boto3, RocksDB and the FUSE bindings.
+"""
+
+import importlib
 
 import click
 
-from aifs.cli.admin_cmd import status, sync
-from aifs.cli.bench_cmd import bench
-from aifs.cli.config_cmd import config
-from aifs.cli.flash_cmd import flash
-from aifs.cli.fsck_cmd import fsck
-from aifs.cli.gc_cmd import gc
-from aifs.cli.mount_cmd import mount, umount
-from aifs.cli.tier_cmd import pin, unpin, warmup
+COMMANDS = {  # name: "module:attribute"
+    "mount": "aifs.cli.mount_cmd:mount",
+    "umount": "aifs.cli.mount_cmd:umount",
+    "config": "aifs.cli.config_cmd:config",
+    "fsck": "aifs.cli.fsck_cmd:fsck",
+    "gc": "aifs.cli.gc_cmd:gc",
+    "bench": "aifs.cli.bench_cmd:bench",
+    "status": "aifs.cli.admin_cmd:status",
+    "sync": "aifs.cli.admin_cmd:sync",
+    "flash": "aifs.cli.flash_cmd:flash",
+    "pin": "aifs.cli.tier_cmd:pin",
+    "unpin": "aifs.cli.tier_cmd:unpin",
+    "warmup": "aifs.cli.tier_cmd:warmup",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported by name when they are looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="aifs")
 def cli() -> None:
     """aifs: a POSIX filesystem for AI training clusters."""
-
-
-for command in (mount, umount, config, fsck, gc, bench, status, sync, flash, pin, unpin, warmup):
-    cli.add_command(command)
