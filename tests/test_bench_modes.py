@@ -86,14 +86,20 @@ def assert_complete(document: dict, rows: list[str], columns: list[str]) -> None
         assert all(value > 0 for value in per_column.values()), (name, per_column)
 
 
+def measured(base: Path, name: str, rows: list[str], columns: list[str]) -> dict:
+    """The mode's JSON document, once it ran and filled every row and column."""
+    result = run_mode(base, name)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert_complete(document, rows, columns)
+    return document
+
+
 def test_checkpoint_s3_measures_every_column(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mode = registry.MODES["checkpoint-s3"]
     quick = dataclasses.replace(mode, run=partial(mode.run, rounds=1, pause_s=0))
     monkeypatch.setitem(registry.MODES, "checkpoint-s3", quick)
-    result = run_mode(base, "checkpoint-s3")
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert_complete(document, CHECKPOINT_ROWS, CHECKPOINT_COLUMNS)
+    document = measured(base, "checkpoint-s3", CHECKPOINT_ROWS, CHECKPOINT_COLUMNS)
     close, durable = document["results"]["close"], document["results"]["durable"]
     assert all(durable[column] >= close[column] for column in CHECKPOINT_COLUMNS)
     assert all("1 round(s): close" in note for note in document["notes"]["durable"].values())
@@ -103,20 +109,14 @@ def test_checkpoint_s3_measures_every_column(base: Path, monkeypatch: pytest.Mon
 
 
 def test_tiers_measures_every_row(base: Path) -> None:
-    result = run_mode(base, "tiers")
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert_complete(document, TIERS_ROWS, TIERS_COLUMNS)
+    document = measured(base, "tiers", TIERS_ROWS, TIERS_COLUMNS)
     assert document["notes"]["epoch1-s3-gets"]["local"] == tiers.BOTO3_NOTE
     assert len(document["goals"]) == 3 and "goal >= 5,000" in document["goals"][0]
     assert_left_nothing(base)
 
 
 def test_remote_tier_measures_every_column(base: Path) -> None:
-    result = run_mode(base, "remote-tier")
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert_complete(document, REMOTE_ROWS, REMOTE_COLUMNS)
+    document = measured(base, "remote-tier", REMOTE_ROWS, REMOTE_COLUMNS)
     assert [line.split(":")[0] for line in document["goals"]] == [
         "remote / nvme sequential", "remote / s3 random p99",
         "remote-cold / nvme sequential", "remote-cold / s3 random p99"]
