@@ -7,10 +7,9 @@ finish; quick requests (small ranges, bookkeeping) are answered by the reader
 itself, as a task of their own would cost more than they do. A small read that
 the page cache holds is served on the event loop; every read that needs the
 disk, and all I/O of big blocks, goes to a bounded thread pool, so one slow
-disk read never holds up the other clients.
-Sockets are driven without a scheduler trip per call (LoopSocket). A failure
-inside one request becomes an error answer to that request, never the end of
-the server.
+disk read never holds up the other clients. Sockets are driven without a
+scheduler trip per call (LoopSocket). A failure inside one request becomes an
+error answer to that request, never the end of the server.
 """
 
 import logging
