@@ -10,6 +10,7 @@ self-describing, so the index is rebuilt by reading the headers at start.
 
 import ctypes
 import errno
+import logging
 import os
 import struct
 import threading
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aifs.tiers.checksum import Buffer
+from aifs.tiers.direct import DIRECT_MIN, AlignedScratch, DirectAppender
 from aifs.tiers.files import libc, start_writeback, sync_dir
 
 HEADER = struct.Struct("<4sB3xQQ")
@@ -28,6 +30,7 @@ SEGMENT_BYTES = 256 << 20
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 _PAGE = 4096
 
+log = logging.getLogger(__name__)
 libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -51,9 +54,17 @@ class _Segment:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         self.size = os.fstat(self.fd).st_size
         self.live = 0
+        self.direct: DirectAppender | None = None
+
+    def touched(self, offset: int) -> None:
+        """A write through the page cache at `offset` (see DirectAppender.forget_from)."""
+        if self.direct is not None:
+            self.direct.forget_from(offset)
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.direct is not None:
+            self.direct.close()
 
 
 def _punch(fd: int, start: int, end: int) -> None:
@@ -98,6 +109,8 @@ class SegmentLog:
         self._lock = threading.Lock()
         self._active: _Segment | None = None
         self._unsynced_names = False
+        self._direct = True  # until the file system refuses O_DIRECT
+        self._scratch = AlignedScratch()  # used under the lock only
         root.mkdir(parents=True, exist_ok=True)
 
     def _path(self, number: int) -> Path:
@@ -118,13 +131,14 @@ class SegmentLog:
             magic, state, block_id, length = HEADER.unpack(os.pread(segment.fd, HEADER.size, pos))
             end = pos + HEADER.size + length
             if magic != MAGIC or end > segment.size:
-                os.ftruncate(segment.fd, pos)  # a record torn by a crash ends the segment
-                segment.size = pos
-                return
+                break
             if state in (LIVE, STAGED):
                 segment.live += 1
                 yield block_id, Location(segment.number, pos + HEADER.size, length), state == STAGED
             pos = end
+        if pos < segment.size:  # a record torn by a crash, or the zeros after a direct append, end it
+            os.ftruncate(segment.fd, pos)
+            segment.size = pos
 
     def append(self, block_id: int, data: Buffer | list[Buffer], staged: bool = False) -> Location:
         """Append a record of `data` (or of parts, written with one gathering write); a
@@ -132,21 +146,45 @@ class SegmentLog:
         parts = data if isinstance(data, list) else [data]
         length = sum(map(len, parts))
         record = HEADER.size + length
+        header = HEADER.pack(MAGIC, STAGED if staged else LIVE, block_id, length)
         with self._lock:
             segment = self._writable(record)
             offset = segment.size
             try:
-                header = HEADER.pack(MAGIC, STAGED if staged else LIVE, block_id, length)
-                written = os.pwritev(segment.fd, [header, *parts], offset)
-                if written != record:
-                    raise OSError(errno.ENOSPC, "short write to an NVMe segment")
+                buffered = self._write(segment, offset, [header, *parts], record)
             except OSError:
                 os.ftruncate(segment.fd, offset)
                 raise
             segment.size += record
             segment.live += 1
-        start_writeback(segment.fd, offset, record)
+        if buffered:
+            start_writeback(segment.fd, offset, record)
         return Location(segment.number, offset + HEADER.size, length)
+
+    def _write(self, segment: _Segment, offset: int, parts: list[Buffer], record: int) -> bool:
+        """Write a record at the segment's end; True when it went through the page cache."""
+        if record >= DIRECT_MIN and self._direct and self._write_direct(segment, offset, parts):
+            return False
+        segment.touched(offset)
+        if os.pwritev(segment.fd, parts, offset) != record:
+            raise OSError(errno.ENOSPC, "short write to an NVMe segment")
+        return True
+
+    def _write_direct(self, segment: _Segment, offset: int, parts: list[Buffer]) -> bool:
+        """A large record bypasses the page cache (aifs.tiers.direct); False when the file
+        system refuses O_DIRECT, which is then not tried again."""
+        try:
+            if segment.direct is None:
+                segment.direct = DirectAppender.open(segment.path)
+            segment.direct.append(segment.fd, offset, parts, self._scratch)
+            return True
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            self._direct = False
+            log.warning("%s: the file system refuses O_DIRECT (%s); large blocks go through the page "
+                        "cache, which costs more CPU", self.root, e)
+            return False
 
     def _writable(self, record: int) -> _Segment:
         active = self._active
@@ -193,13 +231,19 @@ class SegmentLog:
     def set_live(self, location: Location) -> None:
         """A staged record is confirmed: it survives the next rebuild whatever the metadata says."""
         with self._lock:
-            os.pwrite(self._segments[location.segment].fd, bytes([LIVE]), location.header_offset + STATE_OFFSET)
+            self._set_state(location, LIVE)
+
+    def _set_state(self, location: Location, state: int) -> _Segment:
+        """Rewrite a record's state byte (the caller holds the lock)."""
+        segment = self._segments[location.segment]
+        segment.touched(location.header_offset)
+        os.pwrite(segment.fd, bytes([state]), location.header_offset + STATE_OFFSET)
+        return segment
 
     def kill(self, location: Location) -> None:
         """Mark a record dead and give its space back."""
         with self._lock:
-            segment = self._segments[location.segment]
-            os.pwrite(segment.fd, bytes([DEAD]), location.header_offset + STATE_OFFSET)
+            segment = self._set_state(location, DEAD)
             _punch(segment.fd, location.offset, location.offset + location.length)
             segment.live -= 1
             if segment.live == 0 and segment is not self._active:

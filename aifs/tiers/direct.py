@@ -1,0 +1,93 @@
+"""Appending large records to a segment without the page cache (O_DIRECT).
+
+Copying a 4 MiB block into the page cache costs this kind of machine several
+milliseconds of kernel CPU (allocating and accounting the pages), and a
+checkpoint's blocks are rarely read back soon. An O_DIRECT write of the same
+bytes from page-aligned memory costs almost no CPU: the device takes them. It
+needs the memory, the file offset and the length aligned to pages, while a
+segment's records are packed end to end; so a record is written as whole pages:
+the start of its first page (the previous record's last bytes, unchanged), the
+record, and zeros to the end of its last page, which the next record overwrites.
+The format on disk is the same as for a buffered append.
+"""
+
+import errno
+import mmap
+import os
+
+from aifs.tiers.checksum import Buffer
+
+PAGE = 4096
+DIRECT_MIN = 1 << 20  # smaller records go through the page cache: they are few bytes, often read soon
+
+
+def round_up(n: int) -> int:
+    return -(-n // PAGE) * PAGE
+
+
+class AlignedScratch:
+    """Page-aligned memory, grown on demand and reused, to gather a record into."""
+
+    def __init__(self) -> None:
+        self._map: mmap.mmap | None = None
+
+    def view(self, size: int) -> memoryview:
+        if self._map is None or len(self._map) < size:
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(-1, round_up(size))
+        return memoryview(self._map)[:size]
+
+
+class DirectAppender:
+    """Writes one segment's records through its own O_DIRECT descriptor.
+
+    It remembers the bytes of the page its last record ended in, so the next record
+    need not read them back from the disk. Any other write at or past that page
+    (a buffered append, a header's state byte) must call `forget_from`.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._tail_page = -1
+        self._tail = b""
+
+    @classmethod
+    def open(cls, path: os.PathLike) -> "DirectAppender":
+        """Raises OSError(EINVAL) where the file system refuses O_DIRECT (tmpfs on older
+        kernels, some FUSE file systems)."""
+        return cls(os.open(path, os.O_WRONLY | os.O_DIRECT))
+
+    def append(self, buffered_fd: int, start: int, parts: list[Buffer], scratch: AlignedScratch) -> None:
+        """Write `parts` end to end from file offset `start` (the segment's end); raises
+        OSError(EINVAL) when the file system turns out not to take O_DIRECT writes."""
+        page = start - start % PAGE
+        head = start - page
+        total = head + sum(map(len, parts))
+        span = round_up(total)
+        view = scratch.view(span)
+        view[:head] = self._tail if page == self._tail_page else _read_exactly(buffered_fd, head, page)
+        pos = head
+        for part in parts:
+            view[pos:pos + len(part)] = part
+            pos += len(part)
+        view[total:span] = bytes(span - total)
+        if os.pwritev(self.fd, [view], page) != span:
+            raise OSError(errno.ENOSPC, "short write to an NVMe segment")
+        end_page = (page + total) // PAGE * PAGE
+        self._tail_page, self._tail = end_page, bytes(view[end_page - page:total])
+
+    def forget_from(self, offset: int) -> None:
+        """A write elsewhere touched the file at `offset`: the remembered page may be stale."""
+        if offset >= self._tail_page:
+            self._tail_page = -1
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _read_exactly(fd: int, length: int, offset: int) -> bytes:
+    data = os.pread(fd, length, offset) if length else b""
+    if len(data) != length:
+        raise OSError(errno.EIO, f"segment ends {length - len(data)} bytes early at offset {offset}")
+    return data
