@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aifs.tiers.checksum import Buffer
-from aifs.tiers.direct import DIRECT_MIN, AlignedScratch, DirectAppender
+from aifs.tiers.direct import DIRECT_MIN, PAGE, AlignedScratch, DirectAppender, round_up
 from aifs.tiers.files import libc, start_writeback, sync_dir
 
 HEADER = struct.Struct("<4sB3xQQ")
@@ -28,7 +28,6 @@ LIVE, DEAD, STAGED = 1, 0, 2  # STAGED: written for a commit that may not have h
 STATE_OFFSET = 4
 SEGMENT_BYTES = 256 << 20
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-_PAGE = 4096
 
 log = logging.getLogger(__name__)
 libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
@@ -69,8 +68,8 @@ class _Segment:
 
 def _punch(fd: int, start: int, end: int) -> None:
     """Free the whole pages inside [start, end); the filesystem may not support it."""
-    first = -(-start // _PAGE) * _PAGE
-    last = end // _PAGE * _PAGE
+    first = round_up(start)
+    last = end // PAGE * PAGE
     if last > first and libc.fallocate(fd, _PUNCH_HOLE, first, last - first) != 0:
         if ctypes.get_errno() not in (errno.EOPNOTSUPP, errno.ENOSYS):
             raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE) failed")
@@ -159,6 +158,8 @@ class SegmentLog:
             segment.live += 1
         if buffered:
             start_writeback(segment.fd, offset, record)
+        else:  # set_live and kill rewrite the header, often on the event loop: not with a disk read
+            os.pread(segment.fd, HEADER.size, offset)
         return Location(segment.number, offset + HEADER.size, length)
 
     def _write(self, segment: _Segment, offset: int, parts: list[Buffer], record: int) -> bool:
