@@ -36,6 +36,17 @@ def test_bad_config_stops_the_mount_before_anything_happens(tmp_path):
     assert "volume.block_size" in cp.stderr and "3MiB" in cp.stderr
 
 
+def test_buffered_reads_get_the_configured_read_ahead(vol):
+    """The kernel takes the mount's read-ahead from the answer to FUSE INIT: the value
+    (1 MiB by default) must be set after that, or sequential reads come in 128 KiB."""
+    st = os.stat(vol.path)
+    knob = f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb"
+    deadline = time.monotonic() + 10
+    while (value := open(knob).read().strip()) != "1024" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert value == "1024"
+
+
 def test_umount_of_a_plain_directory_is_refused(tmp_path):
     cp = aifs_cli("umount", str(tmp_path))
     assert cp.returncode == 2

@@ -2,7 +2,9 @@
 
 import gc
 import logging
+import os
 import signal
+import threading
 from pathlib import Path
 
 import pyfuse3
@@ -56,7 +58,8 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
             nursery.start_soon(_stop_on_signal, mountpoint)
             control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
             await nursery.start(control.serve)
-            _set_read_ahead(mountpoint, config.fuse.read_ahead_kb)
+            threading.Thread(target=_set_read_ahead, args=(mountpoint, config.fuse.read_ahead_kb),
+                             name="aifs-read-ahead", daemon=True).start()
             # What start-up built (modules, the S3 client's service models) lives as long as
             # the mount: out of the collector's sight, full collections no longer walk it
             # and stall requests for tens of milliseconds.
@@ -83,9 +86,22 @@ async def _stop_on_signal(mountpoint: Path) -> None:
 
 
 def _set_read_ahead(mountpoint: Path, kib: int) -> None:
-    """Let buffered reads arrive as 1 MiB requests instead of 128 KiB ones (DESIGN section 8)."""
+    """Let buffered reads arrive as 1 MiB requests instead of 128 KiB ones (DESIGN section 8).
+
+    The kernel sets the mount's read-ahead from the answer to FUSE INIT, which the
+    loop sends once it serves requests, so a value written earlier is lost. A stat
+    of the mountpoint returns only after INIT: made from a thread of its own (which
+    never holds up an unmount), it is the signal.
+    """
+    if kib == 0:
+        return
+    try:
+        os.stat(mountpoint)
+    except OSError as e:
+        log.warning("read-ahead left as it is: %s could not be reached: %s", mountpoint, e)
+        return
     entry = aifs_mount(mountpoint)
-    if kib == 0 or entry is None:
+    if entry is None:
         return
     knob = Path("/sys/class/bdi") / entry.device / "read_ahead_kb"
     try:
