@@ -6,15 +6,18 @@ request id and receives a payload straight into the buffer its caller gave
 `sendmsg`. A request that times out breaks its socket: a server that stopped
 answering one request is not trusted with the others, and they fail at once
 instead of each waiting out its own timeout. The next request reconnects.
-An idle reader sleeps in poll() without a timeout (ten wake-ups a second per
-socket would take the GIL from the mount's event loop at random moments, its
-reads' worst latencies); breaking or closing a stream shuts its socket down,
-which wakes the reader.
+The sockets block: an idle reader sleeps in recv() without a timeout (ten
+wake-ups a second per socket would take the GIL from the mount's event loop at
+random moments, its reads' worst latencies), and a payload arrives in one
+recv(MSG_WAITALL), since each return from a system call must win the GIL back
+from the busy event loop; breaking or closing a stream shuts its socket down,
+which wakes the reader. A blocked send wakes every POLL seconds (SO_SNDTIMEO)
+to check its deadline.
 """
 
 import itertools
-import select
 import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -24,7 +27,7 @@ from aifs.rdma.wire import DELETE, GET, HAS, MISSING, PUT, STAT, UNPIN, FrameRea
 from aifs.tiers.checksum import checksum as block_checksum
 
 DEFAULT_TIMEOUT = 5.0
-POLL = 0.1          # a blocked send re-checks its deadline this often
+POLL = 0.1          # a blocked send re-checks its deadline this often (SO_SNDTIMEO)
 CLOSE_GRACE = 5.0   # how long a timed-out caller waits for the reader to let go of its buffer
 _SCRATCH = 64 << 10
 
@@ -51,9 +54,8 @@ class _Stream:
         except OSError as e:
             raise TransportError(f"cannot connect to {address}: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.settimeout(POLL)
-        self._readable = select.poll()
-        self._readable.register(self._sock, select.POLLIN)
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(POLL))
         self._address = address
         self._rids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -98,7 +100,7 @@ class _Stream:
                     raise TimeoutError("send timed out")
                 try:
                     buffers = remaining(buffers, self._sock.sendmsg(buffers))
-                except TimeoutError:
+                except BlockingIOError:  # SO_SNDTIMEO passed with nothing sent
                     continue
         except OSError as e:
             self.fail(TransportError(f"sending to {self._address} failed: {e}"))
@@ -155,18 +157,19 @@ class _Stream:
                 return got
             self._frames.filled(self._recv_into(self._frames.space()))
 
-    def _recv_into(self, view: memoryview) -> int:
-        while True:
-            self._readable.poll()  # no timeout: `fail` shuts the socket down, which wakes it
+    def _recv_into(self, view: memoryview, flags: int = 0) -> int:
+        """Blocks without a timeout: `fail` shuts the socket down, which wakes it."""
+        try:
+            n = self._sock.recv_into(view, 0, flags)
+        except OSError:
             if self._error is not None:
-                raise self._error
-            try:
-                n = self._sock.recv_into(view)
-            except TimeoutError:
-                continue
-            if n == 0:
-                raise TransportError(f"{self._address} closed the connection")
-            return n
+                raise self._error from None
+            raise
+        if self._error is not None:
+            raise self._error
+        if n == 0:
+            raise TransportError(f"{self._address} closed the connection")
+        return n
 
     def _receive_payload(self, pending: _Pending | None, n: int) -> None:
         if pending is None:  # an answer nobody waits for any more
@@ -182,7 +185,11 @@ class _Stream:
         while got < n:
             target = dest[got:] if dest is not None else self._scratch[:n - got]
             step = self._frames.take(target)
-            got += step if step else self._recv_into(target)
+            got += step if step else self._recv_into(target, socket.MSG_WAITALL)
+
+
+def _timeval(seconds: float) -> bytes:
+    return struct.pack("ll", int(seconds), round(seconds % 1 * 1e6))
 
 
 def range_request(block_id: int, offset: int, length: int) -> dict[str, Any]:
@@ -247,9 +254,9 @@ class TcpConnection:
             verify(block_id, view[:n], answer["sum"], self.address)
         return n
 
-    def read(self, block_id: int, timeout: float | None = None) -> bytes:
+    def read(self, block_id: int, timeout: float | None = None) -> bytes | bytearray:
         answer, data, n = self.call(range_request(block_id, 0, -1), timeout=timeout)
-        data = bytes(data if data is not None else b"")
+        data = data if data is not None else bytearray()  # the buffer received into: no copy
         verify(block_id, data, answer["sum"], self.address)
         return data
 

@@ -86,8 +86,9 @@ class Connection(Protocol):
         raises BlockMissing, RemoteError or TransportError.
         """
 
-    def read(self, block_id: int, timeout: float | None = None) -> bytes:
-        """The whole block, checked against its checksum."""
+    def read(self, block_id: int, timeout: float | None = None) -> bytes | bytearray:
+        """The whole block, checked against its checksum (a bytearray where that saves a copy;
+        nobody changes it afterwards)."""
 
     def write(self, block_id: int, data: bytes | memoryview, timeout: float | None = None,
               pin: bool = False, checksum: int | None = None) -> None:
