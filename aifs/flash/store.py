@@ -48,6 +48,8 @@ class BlockStore:
 
     def __init__(self, root: Path, capacity: int, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.capacity = capacity
+        # Appends go through the page cache, the server's RAM for its hot set: a block just
+        # offered was just read or written by a node, and other nodes often want it next.
         self._log = SegmentLog(root / "segments", segment_bytes)
         self._index: dict[int, Location] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned blocks, least recently used first

@@ -29,7 +29,7 @@ class NvmeTier:
         self.root = root
         self.capacity = capacity
         self.max_dirty = capacity if max_dirty is None else min(max_dirty, capacity)
-        self._log = SegmentLog(root)
+        self._log = SegmentLog(root, bypass_cache=True)
         self._index: dict[int, Location] = {}
         self._clean: OrderedDict[int, None] = OrderedDict()
         self._dirty: set[int] = set()

@@ -99,16 +99,20 @@ def _fill(fd: int, view: memoryview, offset: int) -> None:
 
 
 class SegmentLog:
-    """Thread-safe: appends are serialised, reads and kills of distinct records are not."""
+    """Thread-safe: appends are serialised, reads and kills of distinct records are not.
 
-    def __init__(self, root: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+    With `bypass_cache`, records of DIRECT_MIN bytes or more are appended with O_DIRECT
+    (aifs.tiers.direct): for a log whose large records are seldom read back soon and
+    whose CPU is shared with more urgent work (a node's write-back staging)."""
+
+    def __init__(self, root: Path, segment_bytes: int = SEGMENT_BYTES, bypass_cache: bool = False) -> None:
         self.root = root
         self.segment_bytes = segment_bytes
         self._segments: dict[int, _Segment] = {}
         self._lock = threading.Lock()
         self._active: _Segment | None = None
         self._unsynced_names = False
-        self._direct = True  # until the file system refuses O_DIRECT
+        self._direct = bypass_cache  # until the file system refuses O_DIRECT
         self._scratch = AlignedScratch()  # used under the lock only
         root.mkdir(parents=True, exist_ok=True)
 

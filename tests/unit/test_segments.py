@@ -21,7 +21,7 @@ def payload(seed: int, size: int) -> bytes:
 
 
 def test_mixed_records_read_back_and_survive_a_rebuild(tmp_path):
-    log = SegmentLog(tmp_path)
+    log = SegmentLog(tmp_path, bypass_cache=True)
     where = {i: log.append(i, payload(i, size), staged=i % 2 == 0) for i, size in enumerate(SIZES)}
     assert all(log.read(where[i]) == payload(i, size) for i, size in enumerate(SIZES))
     log.set_live(where[0])
@@ -30,7 +30,7 @@ def test_mixed_records_read_back_and_survive_a_rebuild(tmp_path):
     where[late] = log.append(late, [payload(late, 7), payload(late + 1, DIRECT_MIN)])  # parts, gathered
     log.close()
 
-    again = SegmentLog(tmp_path)
+    again = SegmentLog(tmp_path, bypass_cache=True)
     found = {block_id: (location, staged) for block_id, location, staged in again.rebuild()}
     assert sorted(found) == sorted(set(where) - {1})
     assert {b for b, (_, staged) in found.items() if staged} == {2, 4, 6}
@@ -64,7 +64,7 @@ def takes_o_direct(directory) -> bool:
 def test_large_records_bypass_the_page_cache(tmp_path):
     if not takes_o_direct(tmp_path):
         pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT")
-    log = SegmentLog(tmp_path)
+    log = SegmentLog(tmp_path, bypass_cache=True)
     small = log.append(1, payload(1, 5000))
     assert log.read_cached(small) == payload(1, 5000)
     large = log.append(2, payload(2, DIRECT_MIN))
@@ -76,12 +76,19 @@ def test_large_records_bypass_the_page_cache(tmp_path):
     log.close()
 
 
+def test_a_log_that_keeps_the_page_cache_appends_through_it(tmp_path):
+    log = SegmentLog(tmp_path)
+    large = log.append(1, payload(1, DIRECT_MIN))
+    assert log.read_cached(large) == payload(1, DIRECT_MIN)
+    log.close()
+
+
 def test_a_file_system_without_o_direct_gets_buffered_appends(tmp_path, monkeypatch, caplog):
     def refuse(path):
         raise OSError(errno.EINVAL, "Invalid argument")
 
     monkeypatch.setattr(segments.DirectAppender, "open", staticmethod(refuse))
-    log = SegmentLog(tmp_path)
+    log = SegmentLog(tmp_path, bypass_cache=True)
     with caplog.at_level(logging.WARNING, logger=segments.__name__):
         first = log.append(1, payload(1, DIRECT_MIN))
         second = log.append(2, payload(2, DIRECT_MIN))
