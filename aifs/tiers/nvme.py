@@ -38,6 +38,7 @@ class NvmeTier:
         self._used = 0
         self._lock = threading.RLock()
         self._unconfirmed: set[int] = set()  # staged before a crash; recover() sorts them out
+        self._landing: dict[int, bool] = {}  # being appended, and still wanted (not deleted meanwhile)
         for block_id, location, staged in self._log.rebuild():
             self._remember(block_id, location)
             if staged:
@@ -88,22 +89,45 @@ class NvmeTier:
 
     def put(self, block_id: int, data: Buffer | list[Buffer], dirty: bool = False) -> None:
         """Store a block (its bytes, or parts to join); a clean block that finds no room is
-        simply not cached."""
+        simply not cached.
+
+        Its room is reserved under the lock and the bytes are appended outside it, so
+        reads of other blocks (some of them on the event loop) never wait for a disk write.
+        """
         parts = data if isinstance(data, list) else [data]
         size = sum(map(len, parts))
         with self._lock:
-            if block_id in self._index:
+            if block_id in self._index or block_id in self._landing or not self._reserve(size, dirty):
                 return
-            if dirty and self._dirty_bytes + size > self.max_dirty:
-                raise StagingFull(f"NVMe staging holds {self._dirty_bytes} dirty bytes, "
-                                  f"the most allowed is {self.max_dirty} (writeback.max_dirty)")
-            if not self._make_room(size):
-                if dirty:
-                    raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")
-                return
-            self._remember(block_id, self._log.append(block_id, parts, staged=dirty))
+            self._landing[block_id] = True
+        location = None
+        try:
+            location = self._log.append(block_id, parts, staged=dirty)
+        finally:
+            with self._lock:
+                wanted = self._landing.pop(block_id)
+                self._used -= size
+                self._dirty_bytes -= size if dirty else 0
+                if location is not None and wanted:
+                    self._remember(block_id, location)
+                    if dirty:
+                        self.mark_dirty(block_id)
+                elif location is not None:  # deleted while it was being written
+                    self._log.kill(location)
+
+    def _reserve(self, size: int, dirty: bool) -> bool:
+        """Count `size` bytes (dirty ones too) as used before they are written; False when a
+        clean block finds no room. The caller holds the lock."""
+        if dirty and self._dirty_bytes + size > self.max_dirty:
+            raise StagingFull(f"NVMe staging holds {self._dirty_bytes} dirty bytes, "
+                              f"the most allowed is {self.max_dirty} (writeback.max_dirty)")
+        if not self._make_room(size):
             if dirty:
-                self.mark_dirty(block_id)
+                raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")
+            return False
+        self._used += size
+        self._dirty_bytes += size if dirty else 0
+        return True
 
     def _make_room(self, size: int) -> bool:
         if self._used + size <= self.capacity:
@@ -181,6 +205,8 @@ class NvmeTier:
 
     def delete(self, block_id: int) -> None:
         with self._lock:
+            if block_id in self._landing:
+                self._landing[block_id] = False
             if block_id in self._dirty:
                 self._undirty(block_id)
             location = self._index.pop(block_id, None)

@@ -4,6 +4,7 @@ and TierManager's read path, single-flight fetches and write-back steps."""
 import contextlib
 import errno
 import os
+import threading
 import pytest
 import trio
 
@@ -119,6 +120,48 @@ def test_nvme_put_get_delete(nvme_at):
     nvme.delete(0x1234)
     nvme.delete(0x1234)
     assert nvme.get(0x1234) is None and nvme.used() == 0 and not nvme.contains(0x1234)
+
+
+def _slow_appends(monkeypatch, nvme, started: threading.Event, release: threading.Event) -> None:
+    """Appends to `nvme` wait for `release`, as a write to a busy disk does."""
+    append = nvme._log.append
+
+    def slow(*args, **kwargs):
+        started.set()
+        assert release.wait(10)
+        return append(*args, **kwargs)
+
+    monkeypatch.setattr(nvme._log, "append", slow)
+
+
+def test_nvme_reads_do_not_wait_for_an_append(nvme_at, monkeypatch):
+    nvme = nvme_at()
+    nvme.put(1, block(1))
+    started, release = threading.Event(), threading.Event()
+    _slow_appends(monkeypatch, nvme, started, release)
+    writer = threading.Thread(target=nvme.put, args=(2, block(2)))
+    writer.start()
+    assert started.wait(10)
+    assert nvme.get(1) == block(1) and not nvme.contains(2)
+    assert nvme.used() == 2 * KB, "the block being written has its room reserved"
+    release.set()
+    writer.join()
+    assert nvme.get(2) == block(2) and nvme.used() == 2 * KB
+
+
+def test_nvme_block_deleted_while_being_written_is_not_kept(nvme_at, monkeypatch):
+    nvme = nvme_at()
+    started, release = threading.Event(), threading.Event()
+    _slow_appends(monkeypatch, nvme, started, release)
+    writer = threading.Thread(target=nvme.put, args=(3, block(3), True))
+    writer.start()
+    assert started.wait(10)
+    nvme.delete(3)
+    release.set()
+    writer.join()
+    assert not nvme.contains(3) and nvme.used() == 0 and nvme.dirty_bytes() == 0
+    nvme.close()
+    assert not held(nvme_at(), [3]), "the record of a deleted block came back after a restart"
 
 
 def test_nvme_evicts_clean_blocks_lru(nvme_at):
@@ -317,7 +360,7 @@ async def test_read_from_cold_fills_nvme_and_ram(tiers):
     assert not tiers.nvme.is_dirty(3), "a copy of a cold block is clean"
     tiers.ram.delete(3)
     assert await tiers.read(3, expected, KB) == block(3)
-    assert tiers.cold.gets == {3: 1} and tiers.nvme.gets[3] == 2
+    assert tiers.cold.gets == {3: 1} and tiers.nvme.gets[3] == 1, "NVMe is read only once it holds the block"
 
 
 @trio_test
@@ -371,7 +414,7 @@ async def test_concurrent_reads_share_one_fetch(tiers_factory):
             nursery.start_soon(reader)
     assert results == [data] * 8
     assert tiers.cold.gets == {7: 1}
-    assert tiers.nvme.gets.get(7, 0) == 1
+    assert tiers.nvme.gets.get(7, 0) == 0, "NVMe's index told the miss: no read"
 
 
 @trio_test
