@@ -16,7 +16,7 @@ def tier_status_lines(report: dict) -> list[str]:
     ahead = report.get("readahead")
     if ahead is not None:
         lines.append(f"  readahead {ahead['blocks']} blocks ({_human(ahead['bytes'])}), "
-                     f"{ahead['in_flight']} in flight, {ahead['dropped']} dropped")
+                     f"{ahead['in_flight']} in flight, {ahead['deferred']} deferred")
     hottest = report.get("hottest_files", [])
     if hottest:
         lines.append("  hottest files:")

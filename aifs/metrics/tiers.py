@@ -70,5 +70,5 @@ class VolumeCollector:
         yield pinned
         ahead = self.vol.prefetch.status()
         yield CounterMetricFamily("aifs_readahead_blocks", "Blocks fetched ahead of readers", value=ahead["blocks"])
-        yield CounterMetricFamily("aifs_readahead_dropped", "Readahead skipped: too many in flight",
-                                  value=ahead["dropped"])
+        yield CounterMetricFamily("aifs_readahead_deferred", "Readahead put off: too many in flight",
+                                  value=ahead["deferred"])

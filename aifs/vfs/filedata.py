@@ -85,7 +85,10 @@ class FileData:
             return
         wanted = [i for i in ahead if i not in of.dirty]
         refs = self.meta.block_refs(of.ino, wanted)
-        of.readahead.prefetched.update(self.prefetch.fetch(list(refs.values())))
+        started, seen = self.prefetch.fetch(list(refs.values()))
+        of.readahead.prefetched.update(started)
+        if seen < len(refs):  # no room for the rest now: ask again on the next read
+            of.readahead.retry_from(list(refs)[seen])
 
     async def _read_block(self, of: OpenFile | None, ref: BlockRef, lo: int, hi: int) -> bytes | memoryview:
         """Bytes [lo, hi) of a block, from a whole copy or, for a small random read, from

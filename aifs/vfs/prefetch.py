@@ -2,8 +2,9 @@
 
 Each fetch is one task in the volume's nursery that reads the block through the
 tiers without promoting it; a demand read of the same block joins that fetch
-(single flight) instead of starting its own. When the bound is reached, further
-readahead is dropped, not queued: a late prefetch is worth nothing.
+(single flight) instead of starting its own. When the bound is reached, the
+blocks left are not queued: the caller asks again on a later read, when the
+reader may have moved past some of them (a late prefetch is worth nothing).
 """
 
 import logging
@@ -28,24 +29,23 @@ class Prefetcher:
         self.in_flight: set[int] = set()
         self.blocks = 0
         self.bytes = 0
-        self.dropped = 0
+        self.deferred = 0
 
-    def fetch(self, refs: list[BlockRef]) -> list[int]:
-        """Start fetching blocks not in RAM yet; the ids of those started."""
+    def fetch(self, refs: list[BlockRef]) -> tuple[list[int], int]:
+        """Start fetching blocks not in RAM yet, in order, until the bound is reached: the
+        ids of those started, and how many of `refs` were seen to (started, or needing none)."""
         started = []
-        for ref in refs:
+        for seen, ref in enumerate(refs):
             if ref.block_id in self.in_flight or self.tiers.ram.contains(ref.block_id):
                 continue
-            if len(self.in_flight) >= self.max_in_flight:
-                self.dropped += 1
-                continue
-            if not self._spawn(self._one, ref):
-                break
+            if len(self.in_flight) >= self.max_in_flight or not self._spawn(self._one, ref):
+                self.deferred += 1
+                return started, seen
             self.in_flight.add(ref.block_id)
             self.blocks += 1
             self.bytes += ref.length
             started.append(ref.block_id)
-        return started
+        return started, len(refs)
 
     async def _one(self, ref: BlockRef) -> None:
         try:
@@ -56,5 +56,5 @@ class Prefetcher:
             self.in_flight.discard(ref.block_id)
 
     def status(self) -> dict:
-        return {"blocks": self.blocks, "bytes": self.bytes, "dropped": self.dropped,
+        return {"blocks": self.blocks, "bytes": self.bytes, "deferred": self.deferred,
                 "in_flight": len(self.in_flight)}

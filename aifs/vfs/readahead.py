@@ -5,6 +5,7 @@ read continues where the last one ended, doubles each time the reader moves
 into the next block, is capped per path (`readahead` rule), and collapses to
 nothing on a random access. Blocks fetched ahead are remembered so that their
 first real read does not count as a re-use in the RAM tier (a scan stays a scan).
+Blocks the prefetcher had no room for yet are asked for again on the next read.
 
 "Where the last one ended" allows, once a stream is under way, a slack of one
 FUSE request either way, for kernel readahead requests that arrive out of
@@ -50,6 +51,10 @@ class Readahead:
 
     def _continues(self, offset: int, ended: int) -> bool:
         return offset == ended or (self.window > 0 and abs(offset - ended) <= SLACK)
+
+    def retry_from(self, index: int) -> None:
+        """Blocks from `index` on could not be fetched ahead yet: the next read asks again."""
+        self.ahead_to = min(self.ahead_to, index - 1)
 
     def first_read(self, block_id: int) -> bool:
         """True once for a block fetched ahead: its first demand read is not a re-use."""
