@@ -93,6 +93,8 @@ class NvmeTier:
 
         Its room is reserved under the lock and the bytes are appended outside it, so
         reads of other blocks (some of them on the event loop) never wait for a disk write.
+        A put of a block that another thread is writing returns at once: until that write
+        ends, the block reads as a miss here and comes from the tier below.
         """
         parts = data if isinstance(data, list) else [data]
         size = sum(map(len, parts))
