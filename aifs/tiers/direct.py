@@ -14,6 +14,7 @@ The format on disk is the same as for a buffered append.
 import errno
 import mmap
 import os
+from collections.abc import Callable
 
 from aifs.tiers.checksum import Buffer
 
@@ -23,6 +24,10 @@ DIRECT_MIN = 1 << 20  # smaller records go through the page cache: they are few 
 
 def round_up(n: int) -> int:
     return -(-n // PAGE) * PAGE
+
+
+def round_down(n: int) -> int:
+    return n - n % PAGE
 
 
 class AlignedScratch:
@@ -58,15 +63,17 @@ class DirectAppender:
         kernels, some FUSE file systems)."""
         return cls(os.open(path, os.O_WRONLY | os.O_DIRECT))
 
-    def append(self, buffered_fd: int, start: int, parts: list[Buffer], scratch: AlignedScratch) -> None:
-        """Write `parts` end to end from file offset `start` (the segment's end); raises
+    def append(self, read: Callable[[int, int], bytes], start: int, parts: list[Buffer],
+               scratch: AlignedScratch) -> None:
+        """Write `parts` end to end from file offset `start` (the segment's end), taking the
+        bytes before it in its page from memory or from `read(length, offset)`; raises
         OSError(EINVAL) when the file system turns out not to take O_DIRECT writes."""
-        page = start - start % PAGE
+        page = round_down(start)
         head = start - page
         total = head + sum(map(len, parts))
         span = round_up(total)
         view = scratch.view(span)
-        view[:head] = self._tail if page == self._tail_page else _read_exactly(buffered_fd, head, page)
+        view[:head] = self._tail if page == self._tail_page else read(head, page)
         pos = head
         for part in parts:
             view[pos:pos + len(part)] = part
@@ -74,7 +81,7 @@ class DirectAppender:
         view[total:span] = bytes(span - total)
         if os.pwritev(self.fd, [view], page) != span:
             raise OSError(errno.ENOSPC, "short write to an NVMe segment")
-        end_page = (page + total) // PAGE * PAGE
+        end_page = round_down(page + total)
         self._tail_page, self._tail = end_page, bytes(view[end_page - page:total])
 
     def forget_from(self, offset: int) -> None:
@@ -84,10 +91,3 @@ class DirectAppender:
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-def _read_exactly(fd: int, length: int, offset: int) -> bytes:
-    data = os.pread(fd, length, offset) if length else b""
-    if len(data) != length:
-        raise OSError(errno.EIO, f"segment ends {length - len(data)} bytes early at offset {offset}")
-    return data

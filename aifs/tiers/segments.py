@@ -16,10 +16,11 @@ import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from aifs.tiers.checksum import Buffer
-from aifs.tiers.direct import DIRECT_MIN, PAGE, AlignedScratch, DirectAppender, round_up
+from aifs.tiers.direct import DIRECT_MIN, AlignedScratch, DirectAppender, round_down, round_up
 from aifs.tiers.files import libc, start_writeback, sync_dir
 
 HEADER = struct.Struct("<4sB3xQQ")
@@ -69,7 +70,7 @@ class _Segment:
 def _punch(fd: int, start: int, end: int) -> None:
     """Free the whole pages inside [start, end); the filesystem may not support it."""
     first = round_up(start)
-    last = end // PAGE * PAGE
+    last = round_down(end)
     if last > first and libc.fallocate(fd, _PUNCH_HOLE, first, last - first) != 0:
         if ctypes.get_errno() not in (errno.EOPNOTSUPP, errno.ENOSYS):
             raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE) failed")
@@ -181,7 +182,7 @@ class SegmentLog:
         try:
             if segment.direct is None:
                 segment.direct = DirectAppender.open(segment.path)
-            segment.direct.append(segment.fd, offset, parts, self._scratch)
+            segment.direct.append(partial(_read_exact, segment.fd), offset, parts, self._scratch)
             return True
         except OSError as e:
             if e.errno != errno.EINVAL:
