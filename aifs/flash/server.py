@@ -120,10 +120,14 @@ class BlockServer:
         finally:
             in_flight.release()
 
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """On one of the server's I/O threads."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._io)
+
     async def _in_thread_if_big(self, nbytes: int, fn: Callable[..., Any], *args: Any) -> Any:
         if nbytes <= INLINE_BYTES:
             return fn(*args)
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._io)
+        return await self._in_thread(fn, *args)
 
     # -- requests --------------------------------------------------------------------
 
@@ -132,8 +136,7 @@ class BlockServer:
         try:
             nbytes = self.store.size(block_id) if length < 0 else length
             found = self.store.read_cached(block_id, offset, length) if nbytes <= INLINE_BYTES else None
-            data, size, block_sum = found or await trio.to_thread.run_sync(
-                self.store.read, block_id, offset, length, limiter=self._io)
+            data, size, block_sum = found or await self._in_thread(self.store.read, block_id, offset, length)
         except KeyError:
             return {"err": MISSING}, None
         except CorruptRecord as e:
