@@ -55,6 +55,7 @@ PAGE = 4 * KiB
 REPLICAS = 2
 SEED = 3
 WARM_UP = "warm-up.bin"
+WARM_UP_BLOCKS = 8  # enough for the warm-up reads to reach every server
 HOLD_TIMEOUT_S = 300.0
 OBJSTORE = tier("objstore")
 
@@ -89,11 +90,12 @@ def _read_seq(path: Path, size: int, block: int) -> list[Result]:
 def _randread(path: Path, size: int, block: int) -> list[Result]:
     """One 4 KiB pread in every block, at a random page, blocks in random order.
 
-    Two random reads of another file go first, untimed: a fresh mount's first requests
-    open its metadata tables, connections and code paths, which a mount serving for
-    days never pays again, and with one sample per block they would be the p99.
+    One read in each block of another file goes first, untimed: a fresh mount's first
+    requests open its metadata tables, code paths and the first request on each server's
+    connections, which a mount serving for days never pays again, and with one sample
+    per block they would be the p99 (two reads had left some servers untouched).
     """
-    pread_latencies(str(path.with_name(WARM_UP)), [block // 4, 3 * block // 4], PAGE)
+    pread_latencies(str(path.with_name(WARM_UP)), [b * block + block // 2 for b in range(WARM_UP_BLOCKS)], PAGE)
     rng = random.Random(SEED)
     blocks = list(range(-(-size // block)))
     rng.shuffle(blocks)
@@ -132,9 +134,9 @@ def run(base: str, scale: float, progress: Progress, s3_endpoint: str | None = N
         progress(f"writing {size >> 20} MiB in {block >> 10} KiB blocks; flash servers at {', '.join(addresses)}")
         with volume.mounted(volume.with_remote) as mnt:
             write_synced(str(mnt / "data.bin"), size, memoryview(os.urandom(IO_SIZE)))
-            write_synced(str(mnt / WARM_UP), block, memoryview(os.urandom(block)))
+            write_synced(str(mnt / WARM_UP), WARM_UP_BLOCKS * block, memoryview(os.urandom(IO_SIZE)))
             volume.sync(mnt)
-            _wait_held(addresses, (size // block + 1) * REPLICAS)
+            _wait_held(addresses, (size // block + WARM_UP_BLOCKS) * REPLICAS)
         columns = [("nvme", []), ("remote", []), ("remote-cold", flash), (cold, [])]  # nvme first: the others wipe it
         results = {name: _measure(volume, name, size, block, evicted, progress) for name, evicted in columns}
         return {name: results[name] for name in ("remote", "remote-cold", "nvme", cold)}

@@ -38,6 +38,13 @@ BUCKET = "aifs-bench"
 BLOCK = 4 * MiB  # the volume default
 TIER_ORDER = ("ram", "nvme", "remote", "objstore", "s3")  # top to bottom
 SOURCE_SHARE = 0.9
+# moto holds every object in memory, a few 4 MiB buffers per PUT. By default glibc hands
+# such buffers back to the kernel when they are freed, and on a VM that returns free pages
+# to its host, faulting them in again cost moto more CPU than the PUT itself (5-9 s of
+# kernel time per 2 GiB, depending on what ran before). Kept in the heap, they cost every
+# column the same, as a real S3 endpoint's memory does not bill this machine at all.
+MOTO_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 * MiB), "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
+               "MALLOC_ARENA_MAX": "2"}
 
 
 # -- child processes ---------------------------------------------------------------------------
@@ -70,12 +77,13 @@ def _wait_listening(proc: subprocess.Popen, name: str, port: int, log: Path) -> 
 
 
 @contextmanager
-def child(name: str, argv: list[str], port: int, log: Path) -> Iterator[str]:
-    """Run `argv` until the block ends; yields 127.0.0.1:PORT once the port accepts connections,
-    so a mode never races a server that is still starting, and never leaves one behind."""
+def child(name: str, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run `argv` (with `env` added to its environment) until the block ends; yields
+    127.0.0.1:PORT once the port accepts connections, so a mode never races a server that
+    is still starting, and never leaves one behind."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env=child_env())
+                                env=child_env() | (env or {}))
     try:
         _wait_listening(proc, name, port, log)
         yield f"127.0.0.1:{port}"
@@ -89,10 +97,11 @@ def child(name: str, argv: list[str], port: int, log: Path) -> Iterator[str]:
 
 
 def moto(root: Path) -> AbstractContextManager[str]:
-    """moto's standalone S3 server on 127.0.0.1: a real HTTP endpoint, as the tests use."""
+    """moto's standalone S3 server on 127.0.0.1: a real HTTP endpoint, as the tests use,
+    with its freed memory kept for reuse (MOTO_MALLOC)."""
     port = free_port()
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    return child("moto S3 server", argv, port, root / "moto.log")
+    return child("moto S3 server", argv, port, root / "moto.log", MOTO_MALLOC)
 
 
 def aifs_cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> str:

@@ -37,9 +37,8 @@ class AlignedScratch:
         self._map: mmap.mmap | None = None
 
     def view(self, size: int) -> memoryview:
+        """`size` bytes of it; a larger size replaces the memory (views of the old stay valid)."""
         if self._map is None or len(self._map) < size:
-            if self._map is not None:
-                self._map.close()
             self._map = mmap.mmap(-1, round_up(size))
         return memoryview(self._map)[:size]
 
@@ -59,9 +58,9 @@ class DirectAppender:
 
     @classmethod
     def open(cls, path: os.PathLike) -> "DirectAppender":
-        """Raises OSError(EINVAL) where the file system refuses O_DIRECT (tmpfs on older
-        kernels, some FUSE file systems)."""
-        return cls(os.open(path, os.O_WRONLY | os.O_DIRECT))
+        """Its descriptor reads too (O_DIRECT reads of whole pages). Raises OSError(EINVAL)
+        where the file system refuses O_DIRECT (tmpfs on older kernels, some FUSE file systems)."""
+        return cls(os.open(path, os.O_RDWR | os.O_DIRECT))
 
     def append(self, read: Callable[[int, int], bytes], start: int, parts: list[Buffer],
                scratch: AlignedScratch) -> None:

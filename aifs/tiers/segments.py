@@ -89,13 +89,15 @@ def _read_exact(fd: int, length: int, offset: int) -> bytes:
     return bytes(buf)
 
 
-def _fill(fd: int, view: memoryview, offset: int) -> None:
-    """Read exactly len(view) bytes at `offset` into `view` (a read may return short)."""
+def _fill(fd: int, view: memoryview, offset: int, needed: int | None = None) -> None:
+    """Read `needed` bytes (all of `view` by default) at `offset` into `view`; a read may
+    return short, and one through O_DIRECT may fill more than needed, up to a page."""
+    needed = len(view) if needed is None else needed
     got = 0
-    while got < len(view):
+    while got < needed:
         n = os.preadv(fd, [view[got:]], offset + got)
         if n == 0:
-            raise OSError(errno.EIO, f"segment ends {len(view) - got} bytes early at offset {offset}")
+            raise OSError(errno.EIO, f"segment ends {needed - got} bytes early at offset {offset}")
         got += n
 
 
@@ -115,6 +117,7 @@ class SegmentLog:
         self._unsynced_names = False
         self._direct = bypass_cache  # until the file system refuses O_DIRECT
         self._scratch = AlignedScratch()  # used under the lock only
+        self._read_scratch = threading.local()  # one AlignedScratch per reading thread
         root.mkdir(parents=True, exist_ok=True)
 
     def _path(self, number: int) -> Path:
@@ -180,17 +183,25 @@ class SegmentLog:
         """A large record bypasses the page cache (aifs.tiers.direct); False when the file
         system refuses O_DIRECT, which is then not tried again."""
         try:
-            if segment.direct is None:
-                segment.direct = DirectAppender.open(segment.path)
-            segment.direct.append(partial(_read_exact, segment.fd), offset, parts, self._scratch)
+            self._appender(segment).append(partial(_read_exact, segment.fd), offset, parts, self._scratch)
             return True
         except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-            self._direct = False
-            log.warning("%s: the file system refuses O_DIRECT (%s); large blocks go through the page "
-                        "cache, which costs more CPU", self.root, e)
-            return False
+            return self._refused_direct(e)
+
+    def _appender(self, segment: _Segment) -> DirectAppender:
+        """The segment's O_DIRECT descriptor, opened on first use (the caller holds the lock)."""
+        if segment.direct is None:
+            segment.direct = DirectAppender.open(segment.path)
+        return segment.direct
+
+    def _refused_direct(self, error: OSError) -> bool:
+        """False, after turning O_DIRECT off for good, when `error` says the file system refuses it."""
+        if error.errno != errno.EINVAL:
+            raise error
+        self._direct = False
+        log.warning("%s: the file system refuses O_DIRECT (%s); large blocks go through the page "
+                    "cache, which costs more CPU", self.root, error)
+        return False
 
     def _writable(self, record: int) -> _Segment:
         active = self._active
@@ -228,11 +239,41 @@ class SegmentLog:
 
     def read_into(self, location: Location, buf: bytearray) -> None:
         """The record's bytes into `buf`, resized to fit: a buffer reused for records of about
-        one size is not reallocated, so its memory is not faulted in afresh each time."""
+        one size is not reallocated, so its memory is not faulted in afresh each time.
+
+        Where the log bypasses the page cache, a large record is read around it too: it is
+        read to be sent away (an upload), its pages in the cache would only push out pages
+        that are read again, and copying pages fresh from the disk out of the cache costs a
+        virtual machine more CPU than the read (1.8 ms per 4 MiB block, against 0.3 ms for
+        an O_DIRECT read into reused memory and a copy from there)."""
         if len(buf) != location.length:
             buf[location.length:] = b""
             buf.extend(bytes(location.length - len(buf)))
-        _fill(self._segments[location.segment].fd, memoryview(buf), location.offset)
+        view = memoryview(buf)
+        if location.length >= DIRECT_MIN and self._direct and self._read_direct(location, view):
+            return
+        _fill(self._segments[location.segment].fd, view, location.offset)
+
+    def _read_direct(self, location: Location, dest: memoryview) -> bool:
+        """The record's bytes into `dest` by way of an O_DIRECT read of its pages into this
+        thread's scratch memory; False when the file system refuses O_DIRECT."""
+        segment = self._segments[location.segment]
+        start = round_down(location.offset)
+        head = location.offset - start
+        scratch = getattr(self._read_scratch, "memory", None)
+        if scratch is None:
+            scratch = self._read_scratch.memory = AlignedScratch()
+        pages = scratch.view(round_up(head + location.length))
+        try:
+            appender = segment.direct
+            if appender is None:
+                with self._lock:
+                    appender = self._appender(segment)
+            _fill(appender.fd, pages, start, head + location.length)
+        except OSError as e:
+            return self._refused_direct(e)
+        dest[:] = pages[head:head + location.length]
+        return True
 
     def set_live(self, location: Location) -> None:
         """A staged record is confirmed: it survives the next rebuild whatever the metadata says."""

@@ -38,6 +38,11 @@ def test_mixed_records_read_back_and_survive_a_rebuild(tmp_path):
         if i != 1:
             assert again.read(found[i][0]) == payload(i, size), f"record {i} ({size} bytes) changed"
     assert again.read(found[late][0]) == payload(late, 7) + payload(late + 1, DIRECT_MIN)
+    buf = bytearray()  # whole records, as an upload reads them: large ones around the page cache
+    for i, size in enumerate(SIZES):
+        if i != 1:
+            again.read_into(found[i][0], buf)
+            assert buf == payload(i, size), f"record {i} ({size} bytes) read whole changed"
     (segment,) = tmp_path.glob("seg-*.log")
     records = sum(HEADER.size + size for size in SIZES) + HEADER.size + 7 + DIRECT_MIN
     assert segment.stat().st_size == records, "the zeros after the last direct append were not cut"
@@ -76,6 +81,22 @@ def test_large_records_bypass_the_page_cache(tmp_path):
     log.close()
 
 
+def test_large_records_read_whole_stay_out_of_the_page_cache(tmp_path):
+    if not takes_o_direct(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT")
+    log = SegmentLog(tmp_path, bypass_cache=True)
+    first, second = log.append(1, payload(1, DIRECT_MIN + 5)), log.append(2, payload(2, DIRECT_MIN))
+    log.set_live(second)  # a dirty header page inside the record's first page
+    buf = bytearray()
+    log.read_into(second, buf)
+    assert buf == payload(2, DIRECT_MIN)
+    log.read_into(first, buf)
+    assert buf == payload(1, DIRECT_MIN + 5)
+    assert log.read_cached(first) is None and log.read_cached(second) is None, \
+        "a record read whole was copied into the page cache"
+    log.close()
+
+
 def test_a_log_that_keeps_the_page_cache_appends_through_it(tmp_path):
     log = SegmentLog(tmp_path)
     large = log.append(1, payload(1, DIRECT_MIN))
@@ -92,6 +113,9 @@ def test_a_file_system_without_o_direct_gets_buffered_appends(tmp_path, monkeypa
     with caplog.at_level(logging.WARNING, logger=segments.__name__):
         first = log.append(1, payload(1, DIRECT_MIN))
         second = log.append(2, payload(2, DIRECT_MIN))
+        buf = bytearray()
+        log.read_into(second, buf)
     assert log.read_cached(first) == payload(1, DIRECT_MIN) and log.read(second) == payload(2, DIRECT_MIN)
+    assert buf == payload(2, DIRECT_MIN)
     assert len([r for r in caplog.records if "refuses O_DIRECT" in r.message]) == 1
     log.close()
