@@ -15,9 +15,10 @@ The S3 endpoint is a moto server on 127.0.0.1 unless one is given. The disk here
 noisy (2x between runs), so the four alternate in every round, each round starting
 one further along, and each cell is the median of the rounds, its column's range in the
 note. One untimed boto3 pass goes first, so that no column pays for the S3 server's
-memory growing to hold a checkpoint. Between runs the files are deleted, the volume's garbage collector is waited
-for (NVMe back to where it was), caches are synced and the machine is left alone for a
-few seconds, so one run's background work does not land in the next.
+memory growing to hold a checkpoint. Between runs the files are deleted, the volume's
+garbage collector is waited for (NVMe back to where it was), caches are synced and the
+machine is left alone for a few seconds, so one run's background work does not land in
+the next.
 """
 
 import os

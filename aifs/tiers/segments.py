@@ -244,8 +244,8 @@ class SegmentLog:
         Where the log bypasses the page cache, a large record is read around it too: it is
         read to be sent away (an upload), its pages in the cache would only push out pages
         that are read again, and copying pages fresh from the disk out of the cache costs a
-        virtual machine more CPU than the read (1.8 ms per 4 MiB block, against 0.3 ms for
-        an O_DIRECT read into reused memory and a copy from there)."""
+        virtual machine more CPU than the upload (5.4 s of kernel time per 2 GiB drained,
+        against 0.7-0.85 s for O_DIRECT reads into reused memory and a copy from there)."""
         if len(buf) != location.length:
             buf[location.length:] = b""
             buf.extend(bytes(location.length - len(buf)))
