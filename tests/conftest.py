@@ -52,6 +52,11 @@ capacity = "4GiB"
 
 [[tiers]]
 kind = "objstore"
+
+# write-only opens under any directory named "cached" go through the page cache
+[[rules]]
+path = "/**/cached/**"
+direct_writes = false
 """
 
 _live_volumes: list["Volume"] = []

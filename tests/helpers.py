@@ -96,6 +96,27 @@ def expect_errno(expected: int | tuple[int, ...], fn: Callable, *args: Any, **kw
 # data
 
 
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64)
+                for name in ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+SYS_CACHESTAT = 451  # x86_64 and arm64 alike; Linux 6.5 and later
+
+
+def cached_pages(fd: int) -> int:
+    """How many of the file's pages the kernel's page cache holds (cachestat(2)), without
+    touching them the way mmap and mincore would."""
+    whole, stat_ = _CachestatRange(0, 0), _Cachestat()
+    if _libc.syscall(SYS_CACHESTAT, fd, ctypes.byref(whole), ctypes.byref(stat_), 0) != 0:
+        _raise_errno()
+    return stat_.nr_cache
+
+
 def pattern(seed: Any, size: int) -> bytes:
     """Deterministic pseudo-random bytes (offset bugs show up, unlike one fill byte)."""
     return random.Random(str(seed)).randbytes(size)

@@ -28,7 +28,7 @@ from aifs.bench.workload import BenchError
 from aifs.cli.bench_cmd import bench
 
 SCALE = "0.004"
-CHECKPOINT_ROWS = ["close", "durable"]
+CHECKPOINT_ROWS = ["close", "durable", "cpu"]
 CHECKPOINT_COLUMNS = ["aifs-local", "aifs-remote", "boto3", "local"]
 TIERS_ROWS = ["epoch1", "epoch2", "epoch1-s3-gets", "read-seq-s3", "read-seq-nvme", "read-seq-ram",
               "pinned-p50", "pinned-p99", "pinned-p999"]
@@ -104,7 +104,7 @@ def test_checkpoint_s3_measures_every_column(base: Path, monkeypatch: pytest.Mon
     assert all(durable[column] >= close[column] for column in CHECKPOINT_COLUMNS)
     assert all("1 round(s): close" in note for note in document["notes"]["durable"].values())
     assert [line.split(":")[0] for line in document["goals"]] == [
-        "aifs-local / local close", "aifs-local / boto3 durable"]
+        "aifs-local / local close", "aifs-local / boto3 durable", f"aifs-local durable floor on {os.cpu_count()} cores"]
     assert_left_nothing(base)
 
 

@@ -82,6 +82,7 @@ def test_default_config_has_three_auto_tiers_under_state_dir(tmp_path):
     assert cfg.log_file() == tmp_path / "aifs.log"
     assert cfg.meta.shards == 8
     assert (cfg.fuse.allow_other, cfg.fuse.max_tasks, cfg.fuse.read_ahead_kb) == (True, 64, 1024)
+    assert cfg.fuse.direct_writes
     assert cfg.logging.level == "info"
     assert cfg.rules == []
 
@@ -297,6 +298,10 @@ BAD_INPUTS = {
     "rule glob with bad range": (
         '[[rules]]\npath = "/c/[z-a]"\n',
         ["rules[0].path = '/c/[z-a]': not a valid glob"],
+    ),
+    "direct_writes not a boolean": (
+        '[[rules]]\npath = "/c/**"\ndirect_writes = "yes"\n',
+        ["rules[0].direct_writes = 'yes': must be true or false"],
     ),
     "unknown durability": (
         '[[rules]]\npath = "/c/**"\ndurability = "s3"\n',

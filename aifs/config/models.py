@@ -375,6 +375,7 @@ class FuseConfig(_Table):
     attr_timeout: float = Field(60.0, ge=0, strict=True)
     entry_timeout: float = Field(60.0, ge=0, strict=True)
     read_ahead_kb: int = Field(1024, ge=0, le=65536, strict=True)
+    direct_writes: bool = Field(True, strict=True)
 
 
 class WritebackConfig(_Table):
@@ -441,6 +442,7 @@ class Rule(_Table):
     pin: Literal["ram", "nvme"] | None = None
     readahead: Size | None = None
     fetch: Literal["range", "block"] = "range"
+    direct_writes: bool | None = Field(None, strict=True)  # None: [fuse] direct_writes
 
     def matches(self, path: str) -> bool:
         """`**` crosses '/', `*` and `?` stay inside one name."""

@@ -9,6 +9,7 @@ import pyfuse3
 
 from aifs.errors import FsError
 from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
+from aifs.fuse.cachemode import CacheModes
 from aifs.fuse.errors import translate_errors
 from aifs.fuse.listing import DirListing
 from aifs.metrics import instrument_operations
@@ -16,6 +17,7 @@ from aifs.vfs.openfile import OpenFile
 from aifs.vfs.volume import Volume
 
 STATE_XATTR = b"user.aifs.state"  # read-only view of whether a file is in the durable tier
+CAPABILITY_XATTR = b"security.capability"
 _TIME_FIELDS = (
     ("update_atime", "atime_ns", "st_atime_ns"),
     ("update_mtime", "mtime_ns", "st_mtime_ns"),
@@ -26,7 +28,10 @@ _TIME_FIELDS = (
 @instrument_operations
 @translate_errors
 class AifsOperations(pyfuse3.Operations):
-    enable_writeback_cache = True
+    # Write-through: with the kernel's writeback cache, the kernel owns a file's mtime and
+    # direct writes (aifs.fuse.cachemode) never change it. Small cached writes cost one
+    # request each either way: the kernel asks for security.capability before each one.
+    enable_writeback_cache = False
     supports_dot_lookup = True
 
     def __init__(self, volume: Volume, timeouts: Timeouts) -> None:
@@ -35,6 +40,7 @@ class AifsOperations(pyfuse3.Operations):
         self.meta = volume.meta
         self.timeouts = timeouts
         self._files: dict[int, OpenFile] = {}
+        self._modes = CacheModes()
         self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
 
@@ -58,7 +64,8 @@ class AifsOperations(pyfuse3.Operations):
         return self._entry(ino)
 
     async def forget(self, inode_list):
-        """Inodes live in the metadata, not in memory: nothing to drop."""
+        """Inodes live in the metadata; only what is known of their cached pages is dropped."""
+        self._modes.forget([inode for inode, _ in inode_list])
 
     async def _make(self, parent, name, mode, ctx, rdev=0, target=None):
         ino, _ = self.meta.create(parent, name, mode, ctx.uid, ctx.gid, rdev, target)
@@ -153,12 +160,22 @@ class AifsOperations(pyfuse3.Operations):
 
     def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
         fh = self._new_fh()
-        self._files[fh] = self.vol.open(inode, for_reading=flags & os.O_ACCMODE != os.O_WRONLY)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+        write_only = flags & os.O_ACCMODE == os.O_WRONLY
+        self._files[fh] = self.vol.open(inode, for_reading=not write_only)
+        mode = self._modes.open(fh, inode, wants_direct=write_only and self._may_write_directly(inode))
+        return pyfuse3.FileInfo(fh=fh, direct_io=mode.direct_io, keep_cache=mode.keep_cache)
+
+    def _may_write_directly(self, inode: int) -> bool:
+        """Set-id and capability-carrying files stay cached: a write through the cache has the
+        kernel drop those privileges, a direct one asks the mount to (a flag pyfuse3 does not
+        pass on)."""
+        privileged = (self.meta.getattr(inode).mode & (stat.S_ISUID | stat.S_ISGID)
+                      or self.meta.has_xattr(inode, CAPABILITY_XATTR))
+        return not privileged and self.vol.direct_writes(inode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         ino = await self._make(parent_inode, name, mode, ctx)
-        return self._open_handle(ino, os.O_WRONLY), self._entry(ino)
+        return self._open_handle(ino, flags), self._entry(ino)
 
     async def open(self, inode, flags, ctx):
         if flags & os.O_TRUNC:  # the kernel leaves O_TRUNC to us (atomic_o_trunc)
@@ -179,6 +196,7 @@ class AifsOperations(pyfuse3.Operations):
         await self.vol.fsync(self._files[fh])
 
     async def release(self, fh):
+        self._modes.release(fh)
         await self.vol.release(self._files.pop(fh))
 
     # -- directories -------------------------------------------------------

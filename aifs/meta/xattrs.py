@@ -27,6 +27,9 @@ class XattrOps:
             raise FsError(errno.ENODATA, f"no attribute {name!r} on inode {ino}")
         return value
 
+    def has_xattr(self, ino: int, name: bytes) -> bool:
+        return self.kv.get(keys.xattr(ino, name)) is not None
+
     def list_xattrs(self, ino: int) -> list[bytes]:
         prefix = keys.xattr_prefix(ino)
         return [key[len(prefix):] for key, _ in self.kv.scan(prefix)]

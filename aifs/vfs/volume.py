@@ -188,6 +188,14 @@ class Volume:
         path = self.names.path_of(ino)
         return None if path is None else self.config.rule_for(path)
 
+    def direct_writes(self, ino: int) -> bool:
+        """Whether write-only opens of the file bypass the kernel's page cache: its rule
+        says, else [fuse] direct_writes (aifs.fuse.cachemode)."""
+        rule = self.rule_of(ino)
+        if rule is not None and rule.direct_writes is not None:
+            return rule.direct_writes
+        return self.config.fuse.direct_writes
+
     async def read(self, of: OpenFile, offset: int, size: int) -> bytes:
         return await self.data.read(of.ino, of, of.size, offset, size)
 

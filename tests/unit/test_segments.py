@@ -119,3 +119,21 @@ def test_a_file_system_without_o_direct_gets_buffered_appends(tmp_path, monkeypa
     assert buf == payload(2, DIRECT_MIN)
     assert len([r for r in caplog.records if "refuses O_DIRECT" in r.message]) == 1
     log.close()
+
+
+def test_a_segment_cut_short_under_a_large_record_is_an_io_error(tmp_path, caplog):
+    if not takes_o_direct(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT")
+    log = SegmentLog(tmp_path, bypass_cache=True)
+    first, second = log.append(1, payload(1, DIRECT_MIN)), log.append(2, payload(2, DIRECT_MIN))
+    (segment,) = tmp_path.glob("seg-*.log")
+    os.truncate(segment, second.offset + DIRECT_MIN // 2 + 100)  # damage from outside
+    buf = bytearray()
+    with caplog.at_level(logging.WARNING, logger=segments.__name__):
+        with pytest.raises(OSError) as cut:
+            log.read_into(second, buf)
+        log.read_into(first, buf)
+    assert cut.value.errno == errno.EIO
+    assert buf == payload(1, DIRECT_MIN) and log.read_cached(first) is None, "O_DIRECT was turned off"
+    assert not [r for r in caplog.records if "refuses O_DIRECT" in r.message]
+    log.close()
