@@ -5,6 +5,7 @@ import os
 import time
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Self
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -16,8 +17,8 @@ class Stopwatch:
 
     ns: int = 0
 
-    def __enter__(self) -> "Stopwatch":
-        self._start = time.perf_counter_ns()
+    def __enter__(self) -> Self:
+        self.start()
         return self
 
     def __exit__(
@@ -26,6 +27,12 @@ class Stopwatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._start = time.perf_counter_ns()
+
+    def stop(self) -> None:
         self.ns = time.perf_counter_ns() - self._start
 
 
@@ -36,17 +43,12 @@ class MachineCpu(Stopwatch):
 
     cpu_s: float = 0.0
 
-    def __enter__(self) -> "MachineCpu":
+    def start(self) -> None:
         self._busy = _busy_ticks()
-        return super().__enter__()
+        super().start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        super().__exit__(exc_type, exc, tb)
+    def stop(self) -> None:
+        super().stop()
         self.cpu_s = (_busy_ticks() - self._busy) / os.sysconf("SC_CLK_TCK")
 
 

@@ -161,8 +161,9 @@ class AifsOperations(pyfuse3.Operations):
     def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
         fh = self._new_fh()
         write_only = flags & os.O_ACCMODE == os.O_WRONLY
+        wants_direct = write_only and self._may_write_directly(inode)
         self._files[fh] = self.vol.open(inode, for_reading=not write_only)
-        mode = self._modes.open(fh, inode, wants_direct=write_only and self._may_write_directly(inode))
+        mode = self._modes.open(fh, inode, wants_direct)
         return pyfuse3.FileInfo(fh=fh, direct_io=mode.direct_io, keep_cache=mode.keep_cache)
 
     def _may_write_directly(self, inode: int) -> bool:
