@@ -14,6 +14,7 @@ from aifs.config import Config
 from aifs.control import SOCKET_NAME
 from aifs.control.server import ControlServer
 from aifs.fuse.attrs import Timeouts
+from aifs.fuse.heap import keep_request_buffers
 from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
 from aifs.fuse.ops import AifsOperations
 from aifs.metrics import serve_metrics
@@ -37,6 +38,7 @@ def mount_options(config: Config) -> set[str]:
 
 def serve(config: Config, mountpoint: Path) -> None:
     """Mount, serve requests on trio, and on the way out seal, sync and unmount."""
+    keep_request_buffers()
     volume = Volume(config)
     timeouts = Timeouts(entry=config.fuse.entry_timeout, attr=config.fuse.attr_timeout)
     operations = AifsOperations(volume, timeouts)
