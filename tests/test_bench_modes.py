@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 
@@ -23,13 +24,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from aifs.bench import caches, registry, tiers
-from aifs.bench.scratch import ScratchVolume, check_source, tier
+from aifs.bench.scratch import ScratchVolume, check_source, s3_target, scratch_root, tier
 from aifs.bench.workload import BenchError
 from aifs.cli.bench_cmd import bench
 
 SCALE = "0.004"
 CHECKPOINT_ROWS = ["close", "durable", "cpu"]
-CHECKPOINT_COLUMNS = ["aifs-local", "aifs-remote", "boto3", "local"]
+CHECKPOINT_COLUMNS = ["aifs-local", "aifs-beside", "aifs-remote", "boto3", "local"]
 TIERS_ROWS = ["epoch1", "epoch2", "epoch1-s3-gets", "read-seq-s3", "read-seq-nvme", "read-seq-ram",
               "pinned-p50", "pinned-p99", "pinned-p999"]
 TIERS_COLUMNS = ["aifs", "local"]
@@ -61,12 +62,16 @@ def run_mode(base: Path, name: str) -> Result:
 
 def our_children() -> list[str]:
     """Command lines of processes this test process started and has not reaped."""
-    found = []
+    return list(children_by_pid().values())
+
+
+def children_by_pid() -> dict[int, str]:
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             if entry.name.isdigit() and int(fields[1]) == os.getpid():
-                found.append((entry / "cmdline").read_text().replace("\0", " "))
+                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
         except (OSError, IndexError):
             continue
     return found
@@ -106,7 +111,31 @@ def test_checkpoint_s3_measures_every_column(base: Path, monkeypatch: pytest.Mon
     assert all(durable[column] >= close[column] for column in CHECKPOINT_COLUMNS)
     assert all("1 round(s): close" in note for note in document["notes"]["durable"].values())
     assert [line.split(":")[0] for line in document["goals"]] == [
-        "aifs-local / local close", "aifs-local / boto3 durable", f"aifs-local durable floor on {os.cpu_count()} cores"]
+        "aifs-local / local close", "aifs-local / boto3 durable", f"aifs-local durable floor on {os.cpu_count()} cores",
+        "aifs-beside (8 uploads beside the writers)"]
+    assert_left_nothing(base)
+
+
+def test_s3_own_core_keeps_the_server_and_the_bench_apart(base: Path) -> None:
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("needs 2 cores")
+    before = children_by_pid()  # other suites' servers may be running
+    with ExitStack() as stack:
+        root = scratch_root(stack, str(base), "own-core")
+        s3_target(stack, root, None, "own-core", own_core=True)
+        (server,) = [pid for pid, cmd in children_by_pid().items() if "moto.server" in cmd and pid not in before]
+        assert os.sched_getaffinity(server) == {max(cpus)}
+        assert os.sched_getaffinity(0) == cpus - {max(cpus)}
+    assert os.sched_getaffinity(0) == cpus
+    assert_left_nothing(base)
+
+
+def test_s3_own_core_with_an_endpoint_of_ones_own_is_refused(base: Path) -> None:
+    result = CliRunner().invoke(bench, ["--mode", "checkpoint-s3", "--s3-endpoint", "http://127.0.0.1:9",
+                                        "--s3-own-core", str(base)])
+    assert result.exit_code != 0
+    assert "--s3-own-core" in result.output and "--s3-endpoint" in result.output
     assert_left_nothing(base)
 
 

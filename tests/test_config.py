@@ -303,6 +303,10 @@ BAD_INPUTS = {
         '[[rules]]\npath = "/c/**"\ndirect_writes = "yes"\n',
         ["rules[0].direct_writes = 'yes': must be true or false"],
     ),
+    "more uploads beside writers than in all": (
+        "[writeback]\nupload_concurrency = 4\nuploads_beside_writers = 5\n",
+        ["uploads_beside_writers (5) is more than upload_concurrency (4)"],
+    ),
     "unknown durability": (
         '[[rules]]\npath = "/c/**"\ndurability = "s3"\n',
         ["rules[0].durability = 's3': must be 'local' or 'remote'"],

@@ -7,12 +7,15 @@ machine spent until then:
 
     aifs-local   an aifs volume with ram, nvme and an s3 tier, files under a path with no
                  rule: close after NVMe staging; durable once `aifs sync --wait` returns
+    aifs-beside  the same on a second volume whose uploads all run beside busy writers
+                 (`writeback.uploads_beside_writers`); aifs-local's wait until they are quiet
     aifs-remote  the same volume, files under a `durability = "remote"` rule: close waits for S3
     boto3        the same bytes PUT straight to the same bucket, 8 threads, one PUT per 4 MiB
                  object (one per aifs block), the client configured as aifs' own
     local        a plain directory under BASE: fsync is the last word, so durable = close
 
-The S3 endpoint is a moto server on 127.0.0.1 unless one is given. The disk here is
+The S3 endpoint is a moto server on 127.0.0.1 unless one is given; with `s3_own_core`
+it runs on a core of its own, as if S3 were another machine. The disk here is
 noisy (2x between runs), so the four alternate in every round, each round starting
 one further along, and each cell is the median of the rounds, its column's range in the
 note. One untimed boto3 pass goes first, so that no column pays for the S3 server's
@@ -43,10 +46,11 @@ from aifs.bench.workload import BenchError, Context, Mode, Result, Results
 from aifs.tiers.s3 import DELETE_BATCH
 
 NAME = "checkpoint-s3"
-COLUMNS = ("aifs-local", "aifs-remote", "boto3", "local")  # aifs first, local last: the ratio column
+COLUMNS = ("aifs-local", "aifs-beside", "aifs-remote", "boto3", "local")  # local last: the ratio column
 ROUNDS = 3
 PAUSE_S = 5.0
 OBJECT_SIZE = 4 * MiB  # the volume's block size: aifs PUTs one object per block
+BESIDE = 8  # aifs-beside's uploads beside the writers: all of the default upload_concurrency
 GARBAGE_GRACE_S = 1.0
 GARBAGE_TIMEOUT_S = 300.0
 
@@ -54,15 +58,19 @@ Timing = tuple[float, float, float]  # seconds until the last close, until durab
 
 
 def run(base: str, scale: float, progress: Callable[[str], None], s3_endpoint: str | None = None,
-        bucket: str = BUCKET, rounds: int = ROUNDS, pause_s: float = PAUSE_S) -> Results:
-    """Columns aifs-local, aifs-remote, boto3, local; rows close, durable and cpu (medians)."""
+        bucket: str = BUCKET, s3_own_core: bool = False, rounds: int = ROUNDS, pause_s: float = PAUSE_S) -> Results:
+    """Columns COLUMNS; rows close, durable and cpu (medians)."""
     size = Context(base, scale, lambda: None).scaled(checkpoint.FILE_SIZE)
     with ExitStack() as stack:
         root = scratch_root(stack, base, NAME)
-        target = s3_target(stack, root, s3_endpoint, bucket)
+        target = s3_target(stack, root, s3_endpoint, bucket, s3_own_core)
         volume = ScratchVolume(root)
         mnt = stack.enter_context(volume.mounted(_config(volume, target, size)))
+        (root / "beside").mkdir()
+        beside = ScratchVolume(root / "beside")
+        beside_mnt = stack.enter_context(beside.mounted(_config(beside, target.sibling("beside"), size, BESIDE)))
         runs = {"aifs-local": partial(_on_aifs, volume, mnt / "local", scale),
+                "aifs-beside": partial(_on_aifs, beside, beside_mnt / "local", scale),
                 "aifs-remote": partial(_on_aifs, volume, mnt / "remote", scale),
                 "boto3": partial(_boto3, target, size),
                 "local": partial(_in_directory, root / "local", scale)}
@@ -78,11 +86,13 @@ def run(base: str, scale: float, progress: Callable[[str], None], s3_endpoint: s
         return {column: _summary(timings[column]) for column in COLUMNS}
 
 
-def _config(volume: ScratchVolume, target: S3Target, size: int) -> Path:
-    """Room on NVMe for two checkpoints, so staging never waits; garbage collected soon after a delete."""
+def _config(volume: ScratchVolume, target: S3Target, size: int, beside: int = 0) -> Path:
+    """Room on NVMe for two checkpoints, so staging never waits; garbage collected soon after a
+    delete; `beside` uploads beside busy writers."""
     nvme = 2 * checkpoint.WRITERS * size + 256 * MiB
+    writeback = table("[writeback]", garbage_grace=GARBAGE_GRACE_S, uploads_beside_writers=beside)
     return volume.config("checkpoint", tier("ram", capacity=256 * MiB), tier("nvme", capacity=nvme),
-                         target.tier(), table("[writeback]", garbage_grace=GARBAGE_GRACE_S),
+                         target.tier(), writeback,
                          table("[[rules]]", path="/remote/**", durability="remote"))
 
 
@@ -117,7 +127,7 @@ def _boto3(target: S3Target, size: int) -> Timing:
     """The checkpoint's bytes PUT by boto3 alone, one shard per thread, released together."""
     client = target.client()
     chunk = os.urandom(min(OBJECT_SIZE, size))
-    prefix = target.prefix.rstrip("/") + "-boto3/"
+    prefix = target.sibling("boto3").prefix
     shards = [[f"{prefix}rank{rank}/{i:04d}" for i in range(-(-size // OBJECT_SIZE))]
               for rank in range(checkpoint.WRITERS)]
     with MachineCpu() as machine:
@@ -152,14 +162,18 @@ def _summary(timings: list[Timing]) -> dict[str, Result]:
 
 def goals(results: Results) -> list[str]:
     """aifs-local must close about as fast as a local disk, and be durable in S3 no later than
-    boto3 alone; the last line is the least time its CPU-seconds allow on this machine's cores."""
-    aifs, local, boto3 = results["aifs-local"], results["local"], results["boto3"]
+    boto3 alone; then the least time its CPU-seconds allow on this machine's cores, and what
+    aifs-beside trades."""
+    aifs, beside, local, boto3 = (results[c] for c in ("aifs-local", "aifs-beside", "local", "boto3"))
     cores = os.cpu_count() or 1
     floor = aifs["cpu"].value / cores
     return [f"aifs-local / local close: {aifs['close'].value / local['close'].value:.2f} (goal <= 1.2)",
             f"aifs-local / boto3 durable: {aifs['durable'].value / boto3['durable'].value:.2f} (goal <= 1.0)",
             f"aifs-local durable floor on {cores} cores: {floor:.2f} s ({aifs['cpu'].value:.1f} cpu-s), "
-            f"{floor / boto3['durable'].value:.2f} of boto3's durable"]
+            f"{floor / boto3['durable'].value:.2f} of boto3's durable",
+            f"aifs-beside ({BESIDE} uploads beside the writers): close / local "
+            f"{beside['close'].value / local['close'].value:.2f}, durable / boto3 "
+            f"{beside['durable'].value / boto3['durable'].value:.2f}"]
 
 
 MODE = Mode(NAME, "8 x 256 MiB checkpoint on a local directory, on aifs over S3 (local and remote "

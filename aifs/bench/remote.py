@@ -121,15 +121,16 @@ def _wait_held(servers: list[str], copies: int) -> None:
 
 
 def run(base: str, scale: float, progress: Progress, s3_endpoint: str | None = None, bucket: str = BUCKET,
-        servers: int = 3, transport: str = "auto", cold: str = "s3", block: int = BLOCK) -> Results:
+        s3_own_core: bool = False, servers: int = 3, transport: str = "auto", cold: str = "s3",
+        block: int = BLOCK) -> Results:
     """Columns remote, remote-cold, nvme and the cold tier; rows read-seq and randread-p50/p99."""
     size = max(block, round(FILE_SIZE * scale) // block * block)
     with ExitStack() as stack:
         root = scratch_root(stack, base, "remote")
         capacity = 2 * size * REPLICAS // servers + 256 * MiB
         flash = [root / f"flash{i}" for i in range(servers)]
+        cold_tier = s3_target(stack, root, s3_endpoint, bucket, s3_own_core).tier() if cold == "s3" else OBJSTORE
         addresses = [stack.enter_context(_flash_server(path, capacity, transport)) for path in flash]
-        cold_tier = s3_target(stack, root, s3_endpoint, bucket).tier() if cold == "s3" else OBJSTORE
         volume = _Volume(root, size, block, addresses, transport, cold_tier)
         progress(f"writing {size >> 20} MiB in {block >> 10} KiB blocks; flash servers at {', '.join(addresses)}")
         with volume.mounted(volume.with_remote) as mnt:
@@ -194,8 +195,8 @@ def main(base: str, scale: float, servers: int, transport: str, cold: str, s3_en
     scratch folder there, removed at the end. Needs root and /dev/fuse.
     """
     try:
-        results = run(base, scale, lambda m: click.echo(m, err=True), s3_endpoint, bucket, servers, transport,
-                      cold, block_size)
+        results = run(base, scale, lambda m: click.echo(m, err=True), s3_endpoint, bucket,
+                      servers=servers, transport=transport, cold=cold, block=block_size)
     except (BenchError, OSError) as error:
         raise click.ClickException(str(error)) from error
     click.echo(report.render(results, scale, as_json, goals(results)))

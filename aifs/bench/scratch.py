@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +77,17 @@ def _wait_listening(proc: subprocess.Popen, name: str, port: int, log: Path) -> 
 
 
 @contextmanager
-def child(name: str, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run `argv` (with `env` added to its environment) until the block ends; yields
-    127.0.0.1:PORT once the port accepts connections, so a mode never races a server that
-    is still starting, and never leaves one behind."""
+def child(name: str, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None,
+          cpus: set[int] | None = None) -> Iterator[str]:
+    """Run `argv` (with `env` added to its environment, on `cpus` if given) until the block
+    ends; yields 127.0.0.1:PORT once the port accepts connections, so a mode never races a
+    server that is still starting, and never leaves one behind."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 env=child_env() | (env or {}))
     try:
+        if cpus is not None:  # before it starts any thread: its threads inherit the set
+            os.sched_setaffinity(proc.pid, cpus)
         _wait_listening(proc, name, port, log)
         yield f"127.0.0.1:{port}"
     finally:
@@ -96,12 +99,12 @@ def child(name: str, argv: list[str], port: int, log: Path, env: dict[str, str] 
             proc.wait()
 
 
-def moto(root: Path) -> AbstractContextManager[str]:
+def moto(root: Path, cpus: set[int] | None = None) -> AbstractContextManager[str]:
     """moto's standalone S3 server on 127.0.0.1: a real HTTP endpoint, as the tests use,
     with its freed memory kept for reuse (MOTO_MALLOC)."""
     port = free_port()
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    return child("moto S3 server", argv, port, root / "moto.log", MOTO_MALLOC)
+    return child("moto S3 server", argv, port, root / "moto.log", MOTO_MALLOC, cpus)
 
 
 def aifs_cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> str:
@@ -148,6 +151,10 @@ class S3Target:
         keys = {"endpoint": self.endpoint, "bucket": self.bucket, "prefix": self.prefix, "create_bucket": True}
         return keys | MOTO_KEYS if self.moto_keys else keys
 
+    def sibling(self, name: str) -> "S3Target":
+        """The same endpoint and bucket under a prefix of its own, for another volume or boto3 alone."""
+        return replace(self, prefix=f"{self.prefix.rstrip('/')}-{name}/")
+
     def tier(self) -> str:
         """The volume's `[[tiers]]` entry."""
         return tier("s3", **self._keys())
@@ -173,12 +180,32 @@ def s3_errors(what: str) -> Iterator[None]:
         raise BenchError(f"{what}: {error}") from error
 
 
-def s3_target(stack: ExitStack, root: Path, endpoint: str | None, bucket: str) -> S3Target:
-    """The given endpoint, or a moto server on 127.0.0.1 that lives as long as `stack`."""
+def s3_target(stack: ExitStack, root: Path, endpoint: str | None, bucket: str,
+              own_core: bool = False) -> S3Target:
+    """The given endpoint, or a moto server on 127.0.0.1 that lives as long as `stack`.
+
+    With `own_core` the server gets one core, and this thread (with the mounts, writers and
+    servers it starts later) the others until `stack` closes: as if S3 were another machine,
+    whose CPU the client's work never competes with."""
     prefix = f"aifs-bench-{os.getpid()}/"
     if endpoint is not None:
+        if own_core:
+            raise BenchError("--s3-own-core gives a core to the moto server a mode starts; "
+                             "with --s3-endpoint none is started")
         return S3Target(endpoint, bucket, prefix, moto_keys=False)
-    return S3Target("http://" + stack.enter_context(moto(root)), bucket, prefix, moto_keys=True)
+    server_cpus = _server_core(stack) if own_core else None
+    return S3Target("http://" + stack.enter_context(moto(root, server_cpus)), bucket, prefix, moto_keys=True)
+
+
+def _server_core(stack: ExitStack) -> set[int]:
+    """Keep this thread off the last of its cores until `stack` closes; returns that core."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        raise BenchError(f"--s3-own-core needs 2 cores or more; this process may use {len(cpus)}")
+    server = {max(cpus)}
+    os.sched_setaffinity(0, cpus - server)
+    stack.callback(os.sched_setaffinity, 0, cpus)
+    return server
 
 
 class ScratchVolume:

@@ -76,12 +76,12 @@ class _Files:
 
 
 def run(base: str, scale: float, progress: Callable[[str], None], s3_endpoint: str | None = None,
-        bucket: str = BUCKET) -> Results:
+        bucket: str = BUCKET, s3_own_core: bool = False) -> Results:
     """Columns aifs and local; rows as the module says."""
     with ExitStack() as stack:
         root = scratch_root(stack, base, NAME)
-        bench = _Bench(root, scale, s3_target(stack, root, s3_endpoint, bucket), CacheDropper(warn=progress),
-                       progress)
+        target = s3_target(stack, root, s3_endpoint, bucket, s3_own_core)
+        bench = _Bench(root, scale, target, CacheDropper(warn=progress), progress)
         keys = bench.populate()
         aifs, local = _merge([bench.epochs(keys), bench.seq_from_s3(), bench.from_nvme_and_ram()])
         return {"aifs": aifs, "local": local}

@@ -57,7 +57,7 @@ class Mode:
     """A bench that builds its own volumes under BASE and runs alone, for what no workload on
     a given directory can measure (which tier serves a read, what durability in S3 costs).
 
-    `run(base, scale, progress, s3_endpoint=None, bucket=...)` returns Results whose columns
+    `run(base, scale, progress, s3_endpoint=None, bucket=..., s3_own_core=False)` returns Results whose columns
     are whatever the mode compares; `goals` turns them into lines naming each target.
     """
 

@@ -68,8 +68,11 @@ def _progress(message: str) -> None:
               help="With --mode: the S3 endpoint to use (AWS credential chain) instead of a moto server "
                    "started on 127.0.0.1.")
 @click.option("--bucket", default=BUCKET, show_default=True, help="With --mode: the S3 bucket.")
+@click.option("--s3-own-core", is_flag=True,
+              help="With --mode: the moto server gets one core of its own and everything else the "
+                   "others, as if S3 were another machine.")
 def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool, mode: str | None,
-          s3_endpoint: str | None, bucket: str) -> None:
+          s3_endpoint: str | None, bucket: str, s3_own_core: bool) -> None:
     """Run the same file workloads on each PATH, one path after another, and compare them.
 
     Each PATH is an existing directory. The bench works in a fresh subdirectory,
@@ -85,7 +88,8 @@ def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json:
     """
     try:
         if mode is not None:
-            results = MODES[mode].run(paths[0], scale, _progress, s3_endpoint=s3_endpoint, bucket=bucket)
+            results = MODES[mode].run(paths[0], scale, _progress, s3_endpoint=s3_endpoint, bucket=bucket,
+                                      s3_own_core=s3_own_core)
         else:
             results = runner.run(paths, only, scale, _progress)
     except (BenchError, OSError) as error:  # OSError: the scratch directory itself failed

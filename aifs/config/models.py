@@ -384,10 +384,22 @@ class WritebackConfig(_Table):
     model_config = ConfigDict(allow_inf_nan=False)
 
     upload_concurrency: int = Field(8, ge=1, le=256, strict=True)
+    uploads_beside_writers: int = Field(0, ge=0, le=256, strict=True)
     upload_bandwidth: Size = 0
     max_dirty: Capacity = None
     dirty_wait: float = Field(60.0, ge=0, strict=True)
     garbage_grace: float = Field(5.0, ge=0, strict=True)
+
+    @model_validator(mode="after")
+    def _beside_within_concurrency(self) -> "WritebackConfig":
+        if self.uploads_beside_writers > self.upload_concurrency:
+            raise PydanticCustomError(
+                "uploads_beside_writers",
+                "uploads_beside_writers ({beside}) is more than upload_concurrency ({total}); "
+                "it is how many of those uploads may run while writers stage blocks",
+                {"beside": self.uploads_beside_writers, "total": self.upload_concurrency},
+            )
+        return self
 
 
 class LoggingConfig(_Table):

@@ -62,9 +62,7 @@ class Volume:
         self.tiers = open_tier_manager(config, self.meta.volume)
         self.files = OpenFiles()
         self.names = NameCache()
-        self.uploader = Uploader(
-            self.meta, self.tiers, config.writeback.upload_concurrency, config.writeback.upload_bandwidth,
-        )
+        self.uploader = Uploader(self.meta, self.tiers, config.writeback)
         self.pinner = Pinner(self.meta, self.tiers)
         self.prefetch = Prefetcher(self.tiers, self.spawn)
         self.data = FileData(self.meta, self.tiers, self._blocks_committed, self.prefetch,

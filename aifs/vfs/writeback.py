@@ -10,6 +10,7 @@ import logging
 
 import trio
 
+from aifs.config.models import WritebackConfig
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
@@ -23,6 +24,7 @@ GC_PERIOD_S = 1.0
 RETRY_S = 5.0
 BATCH = 256
 QUIET_S = 0.5
+BESIDE_BATCH = 4  # uploads per slot in a batch beside writers: the limit is looked at again soon
 STAGING_HIGH_WATER = 0.5
 
 
@@ -35,15 +37,19 @@ def writers_active(tiers: TierManager) -> bool:
 
 
 class Uploader:
-    """Uploads in batches: concurrent puts, then one durability flush, then one metadata commit."""
+    """Uploads in batches: concurrent puts, then one durability flush, then one metadata commit.
 
-    def __init__(
-        self, meta: MetaEngine, tiers: TierManager, concurrency: int = 8, bandwidth: int = 0,
-    ) -> None:
+    While writers stage blocks only `uploads_beside_writers` of the uploads run (none by
+    default): on a node that shares its cores with the S3 server, or whose disk is slow,
+    uploads beside the writers slow every close down more than they bring durability forward.
+    """
+
+    def __init__(self, meta: MetaEngine, tiers: TierManager, settings: WritebackConfig) -> None:
         self.meta = meta
         self.tiers = tiers
-        self.concurrency = concurrency
-        self._pace = TokenBucket(bandwidth)
+        self.concurrency = settings.upload_concurrency
+        self.beside_writers = settings.uploads_beside_writers
+        self._pace = TokenBucket(settings.upload_bandwidth)
         self._queue: dict[int, int] = meta.pending_uploads()
         self._urgent: set[int] = set()
         self._wake = trio.Event()
@@ -80,23 +86,27 @@ class Uploader:
                     await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            if self._writers_busy():
+            allowed = self._allowed()
+            if allowed == 0:
                 await trio.sleep_until(self.tiers.last_stage + QUIET_S)
                 continue
-            batch = list(itertools.islice(self._queue.items(), BATCH))
-            await self._upload_batch(batch)
+            size = BATCH if allowed == self.concurrency else BESIDE_BATCH * allowed
+            await self._upload_batch(list(itertools.islice(self._queue.items(), size)), allowed)
 
-    def _writers_busy(self) -> bool:
-        return not self._urgent and writers_active(self.tiers)
+    def _allowed(self) -> int:
+        """How many uploads may run at once now: all, or only those allowed beside busy writers."""
+        if self._urgent or not writers_active(self.tiers):
+            return self.concurrency
+        return self.beside_writers
 
-    async def _upload_batch(self, batch: list[tuple[int, int]]) -> None:
+    async def _upload_batch(self, batch: list[tuple[int, int]], allowed: int) -> None:
         done: list[int] = []
         failed: list[int] = []
-        limiter = trio.Semaphore(self.concurrency)
+        limiter = trio.Semaphore(allowed)
         async with trio.open_nursery() as nursery:
             for block_id, expected in batch:
                 await limiter.acquire()
-                if self._writers_busy():  # writers came back: leave them the disk and CPUs
+                if self._allowed() < allowed:  # writers came back: leave them the disk and CPUs
                     limiter.release()
                     break
                 nursery.start_soon(self._upload_one, block_id, expected, limiter, done, failed)

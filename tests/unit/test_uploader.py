@@ -1,0 +1,61 @@
+"""The uploader beside busy writers: none of its uploads by default, `uploads_beside_writers` if set."""
+
+import pytest
+import trio
+
+from aifs.config.models import WritebackConfig
+from aifs.vfs.writeback import Uploader
+
+from .conftest import BS, noise, trio_test
+
+BLOCKS = 6
+CONCURRENCY = 4
+
+
+class CountedUploads:
+    """Wraps the tier manager's upload: the most uploads that ran at once, while writers were
+    busy and after; each takes a little while, so that concurrent ones overlap."""
+
+    def __init__(self, tiers) -> None:
+        self._upload = tiers.upload
+        self.running = 0
+        self.writers_busy = True
+        self.peak = {True: 0, False: 0}
+        tiers.upload = self
+
+    async def __call__(self, block_id: int, expected: int) -> int:
+        self.running += 1
+        self.peak[self.writers_busy] = max(self.peak[self.writers_busy], self.running)
+        try:
+            await trio.sleep(0.02)
+            return await self._upload(block_id, expected)
+        finally:
+            self.running -= 1
+
+
+@pytest.mark.parametrize("beside", [0, 1, 2])
+@trio_test
+async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
+    of = await files.write_sealed(b"checkpoint", noise(BLOCKS * BS, 3))
+    refs = list(files.meta.all_block_refs(of.ino).values())
+    settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside)
+    uploader = Uploader(files.meta, files.tiers, settings)
+    uploader.enqueue(refs)
+    counted = CountedUploads(files.tiers)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(uploader.run)
+        with trio.move_on_after(0.3):
+            while True:  # a writer stages a block every 20 ms
+                files.tiers.last_stage = trio.current_time()
+                await trio.sleep(0.02)
+        busy_uploads = uploader.uploaded_bytes // BS
+        counted.writers_busy = False
+        files.tiers.last_stage = float("-inf")
+        with trio.fail_after(10):
+            await uploader.wait_uploaded([ref.block_id for ref in refs])
+        nursery.cancel_scope.cancel()
+    assert counted.peak[True] == beside, "uploads beside busy writers"
+    assert (busy_uploads > 0) == (beside > 0)
+    assert counted.peak[False] <= CONCURRENCY
+    assert all(files.tiers.cold.contains(ref.block_id) for ref in refs)
+
