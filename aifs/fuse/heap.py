@@ -24,7 +24,7 @@ _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 MMAP_THRESHOLD = 2 << 20  # above a FUSE request (1 MiB + header), below a block
 TRIM_THRESHOLD = 128 << 20  # free heap an arena keeps: twice what max_tasks' requests hold
-ARENAS = 2  # the event loop's, and one for every worker thread (they allocate little)
+ARENAS = 2  # the event loop's, and one the worker threads share (they allocate little)
 
 
 def keep_request_buffers() -> None:

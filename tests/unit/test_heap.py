@@ -12,7 +12,7 @@ import pytest
 # A burst of 1 MiB request buffers, all freed, many times over: with glibc's defaults each
 # burst is mapped anew (or trimmed off the heap's top) and its pages are faulted in again.
 BURSTS = """
-import resource, sys
+import resource
 {setup}
 def burst():
     buffers = [bytearray(b"x") * (1 << 20) for _ in range(16)]
