@@ -331,6 +331,7 @@ class S3Tier(TierConfig):
     read_timeout: float = Field(30.0, gt=0, strict=True)
     retries: int = Field(5, ge=0, le=20, strict=True)
     verify_tls: bool = Field(True, strict=True)
+    sign_payload: Literal["auto", "always", "never"] = "auto"
     create_bucket: bool = Field(False, strict=True)
     breaker_failures: int = Field(5, ge=1, le=1000, strict=True)
     breaker_cooldown: float = Field(10.0, gt=0, strict=True)

@@ -10,15 +10,15 @@ from aifs.config.models import S3Tier as S3Settings
 
 def make_client(settings: S3Settings) -> Any:
     """A thread-safe S3 client: one attempt per call (the tier retries), short timeouts,
-    no checksums beyond what S3 requires (aifs verifies its own), one pooled connection
-    per concurrent caller."""
+    no checksums beyond what S3 requires (aifs verifies its own), bodies signed only
+    where `signs_payload` says, one pooled connection per concurrent caller."""
     secret = settings.secret_key.get_secret_value() if settings.secret_key else None
     session = boto3.session.Session(
         aws_access_key_id=settings.access_key, aws_secret_access_key=secret,
         region_name=settings.region,
     )
     config = BotoConfig(
-        s3={"addressing_style": settings.addressing},
+        s3={"addressing_style": settings.addressing, "payload_signing_enabled": signs_payload(settings)},
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
         connect_timeout=settings.connect_timeout,
@@ -30,8 +30,20 @@ def make_client(settings: S3Settings) -> Any:
                            verify=_verify(settings))
 
 
+def signs_payload(settings: S3Settings) -> bool:
+    """Whether each request's signature covers a SHA-256 of its body: a third of the client's
+    CPU for a 4 MiB PUT. "auto" signs over plain http only; over https TLS guards the body
+    in transit, and aifs checks every block's own checksum when it comes back."""
+    if settings.sign_payload == "auto":
+        return not _https(settings)
+    return settings.sign_payload == "always"
+
+
 def _verify(settings: S3Settings) -> bool | None:
     """False for plain http, so no CA bundle (say a stale AWS_CA_BUNDLE) is ever loaded;
     None for https lets botocore use its usual chain, AWS_CA_BUNDLE included."""
-    https = settings.endpoint is None or settings.endpoint.startswith("https://")
-    return None if https and settings.verify_tls else False
+    return None if _https(settings) and settings.verify_tls else False
+
+
+def _https(settings: S3Settings) -> bool:
+    return settings.endpoint is None or settings.endpoint.startswith("https://")

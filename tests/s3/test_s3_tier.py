@@ -2,14 +2,17 @@
 object layout, the volume marker and the errors a misconfigured bucket gives."""
 
 import errno
+import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from aifs.config.models import S3Tier as S3Settings
 from aifs.tiers.protocol import object_name
 from aifs.tiers.s3 import S3Error, S3Tier
+from aifs.tiers.s3_client import make_client, signs_payload
 from aifs.tiers.s3_marker import MARKER_NAME, S3SetupError
 
 from .conftest import new_volume, s3_settings
@@ -139,3 +142,26 @@ def test_a_bucket_deleted_under_the_tier_gives_eio_at_once(open_tier, moto_serve
     assert f"PUT s3://{bucket}/42/0000000000000042 failed" in str(info.value)
     assert "gave up" not in str(info.value)
     assert tier.breaker.state == "closed"  # S3 answered: it is up
+
+
+@pytest.mark.parametrize("sign, signed", [("auto", True), ("always", True), ("never", False)])
+def test_payload_signing_over_http(moto_server, bucket, sign, signed):
+    """Over plain http "auto" signs each body's SHA-256; "never" sends it unsigned, and
+    the server takes the object all the same."""
+    client = make_client(s3_settings(moto_server, bucket, sign_payload=sign))
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3.PutObject",
+                                lambda request, **_: sent.append(request.headers["X-Amz-Content-SHA256"].decode()))
+    body = os.urandom(MiB)
+    client.put_object(Bucket=bucket, Key="signed", Body=body)
+    assert sent == [hashlib.sha256(body).hexdigest() if signed else "UNSIGNED-PAYLOAD"]
+    assert client.get_object(Bucket=bucket, Key="signed")["Body"].read() == body
+
+
+@pytest.mark.parametrize("endpoint, sign, signed", [
+    ("https://minio.example.com", "auto", False), (None, "auto", False),
+    ("http://minio.example.com", "auto", True), ("https://minio.example.com", "always", True),
+])
+def test_auto_signs_only_where_tls_does_not_guard_the_body(endpoint, sign, signed):
+    settings = S3Settings.model_validate({"kind": "s3", "bucket": "train", "endpoint": endpoint, "sign_payload": sign})
+    assert signs_payload(settings) is signed
