@@ -5,7 +5,6 @@ work: on the next mount the queues are read back and the loops resume. While
 mounted, the upload queue is mirrored in memory so it is never rescanned.
 """
 
-import itertools
 import logging
 
 import trio
@@ -22,9 +21,7 @@ log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
 GC_PERIOD_S = 1.0
 RETRY_S = 5.0
-BATCH = 256
 QUIET_S = 0.5
-BESIDE_BATCH = 4  # uploads per slot in a batch beside writers: the limit is looked at again soon
 STAGING_HIGH_WATER = 0.5
 
 
@@ -37,11 +34,13 @@ def writers_active(tiers: TierManager) -> bool:
 
 
 class Uploader:
-    """Uploads in batches: concurrent puts, then one durability flush, then one metadata commit.
+    """Keeps the allowed number of uploads in flight, and commits finished ones in groups:
+    one durability flush, then one metadata commit, while the next uploads run.
 
     While writers stage blocks only `uploads_beside_writers` of the uploads run (none by
     default): on a node that shares its cores with the S3 server, or whose disk is slow,
     uploads beside the writers slow every close down more than they bring durability forward.
+    A failed upload pauses new ones for RETRY_S; the block stays queued.
     """
 
     def __init__(self, meta: MetaEngine, tiers: TierManager, settings: WritebackConfig) -> None:
@@ -52,7 +51,11 @@ class Uploader:
         self._pace = TokenBucket(settings.upload_bandwidth)
         self._queue: dict[int, int] = meta.pending_uploads()
         self._urgent: set[int] = set()
+        self._in_flight: set[int] = set()
+        self._uploaded: list[int] = []  # uploaded (or abandoned), not committed yet
+        self._paused_until = float("-inf")
         self._wake = trio.Event()
+        self._finished = trio.Event()
         self._progress = trio.Event()
         self.uploaded_blocks = 0
         self.uploaded_bytes = 0
@@ -80,18 +83,23 @@ class Uploader:
             await self._progress.wait()
 
     async def run(self) -> None:
-        while True:
-            if not self._queue:
-                with trio.move_on_after(IDLE_POLL_S):
-                    await self._wake.wait()
-                self._wake = trio.Event()
-                continue
-            allowed = self._allowed()
-            if allowed == 0:
-                await trio.sleep_until(self.tiers.last_stage + QUIET_S)
-                continue
-            size = BATCH if allowed == self.concurrency else BESIDE_BATCH * allowed
-            await self._upload_batch(list(itertools.islice(self._queue.items(), size)), allowed)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._commit_uploaded)
+            while True:
+                block_id = self._next_block()
+                if block_id is None or not self._may_start():
+                    await self._wait_for_change()
+                    continue
+                self._in_flight.add(block_id)
+                nursery.start_soon(self._upload_one, block_id, self._queue[block_id])
+
+    def _next_block(self) -> int | None:
+        """The first queued block not started yet (in flight, or uploaded and not committed)."""
+        started = self._in_flight.union(self._uploaded)
+        return next((b for b in self._queue if b not in started), None)
+
+    def _may_start(self) -> bool:
+        return trio.current_time() >= self._paused_until and len(self._in_flight) < self._allowed()
 
     def _allowed(self) -> int:
         """How many uploads may run at once now: all, or only those allowed beside busy writers."""
@@ -99,46 +107,56 @@ class Uploader:
             return self.concurrency
         return self.beside_writers
 
-    async def _upload_batch(self, batch: list[tuple[int, int]], allowed: int) -> None:
-        done: list[int] = []
-        failed: list[int] = []
-        limiter = trio.Semaphore(allowed)
-        async with trio.open_nursery() as nursery:
-            for block_id, expected in batch:
-                await limiter.acquire()
-                if self._allowed() < allowed:  # writers came back: leave them the disk and CPUs
-                    limiter.release()
-                    break
-                nursery.start_soon(self._upload_one, block_id, expected, limiter, done, failed)
-        if done:
-            await self.tiers.uploads_durable(done)
-            self.meta.uploads_done(done)
-            self.uploaded_blocks += len(done)
-        for block_id in done:
-            self._queue.pop(block_id, None)
-            self._urgent.discard(block_id)
-        self._progress.set()
-        self._progress = trio.Event()
-        if failed:
-            await trio.sleep(RETRY_S)
+    async def _wait_for_change(self) -> None:
+        """Until what may start changes: blocks queued or hurried, an upload finished, the
+        end of a pause, the writers quiet (looked at again then), or an idle poll."""
+        now = trio.current_time()
+        if now < self._paused_until:
+            wake_at = self._paused_until
+        elif writers_active(self.tiers):
+            wake_at = self.tiers.last_stage + QUIET_S
+        else:
+            wake_at = now + IDLE_POLL_S
+        with trio.move_on_at(wake_at):
+            await self._wake.wait()
+        self._wake = trio.Event()
 
-    async def _upload_one(
-        self, block_id: int, expected: int, limiter: trio.Semaphore, done: list, failed: list,
-    ) -> None:
+    async def _upload_one(self, block_id: int, expected: int) -> None:
         try:
             if self.meta.is_pending(block_id):
                 nbytes = await self.tiers.upload(block_id, expected)
                 self.uploaded_bytes += nbytes
                 await self._pace.take(nbytes)
-            done.append(block_id)
+            self._uploaded.append(block_id)
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)
-            done.append(block_id)
+            self._uploaded.append(block_id)
         except OSError as e:
             log.warning("upload of block %016x failed: %s; retrying in %.0f s", block_id, e, RETRY_S)
-            failed.append(block_id)
+            self._paused_until = trio.current_time() + RETRY_S
         finally:
-            limiter.release()
+            self._in_flight.discard(block_id)
+            self._wake.set()
+            self._finished.set()
+
+    async def _commit_uploaded(self) -> None:
+        """Flush what finished to durability, then clear its queue records, in one go; the
+        uploads that finish meanwhile make the next group."""
+        while True:
+            await self._finished.wait()
+            self._finished = trio.Event()
+            done = self._uploaded[:]
+            if not done:
+                continue
+            await self.tiers.uploads_durable(done)
+            self.meta.uploads_done(done)
+            self.uploaded_blocks += len(done)
+            del self._uploaded[:len(done)]
+            for block_id in done:
+                self._queue.pop(block_id, None)
+                self._urgent.discard(block_id)
+            self._progress.set()
+            self._progress = trio.Event()
 
 
 class GarbageCollector:

@@ -1,4 +1,5 @@
-"""The uploader beside busy writers: none of its uploads by default, `uploads_beside_writers` if set."""
+"""The uploader: none of its uploads beside busy writers by default, `uploads_beside_writers`
+if set; a slow upload holds up neither the other slots nor their commits."""
 
 import pytest
 import trio
@@ -59,3 +60,42 @@ async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
     assert counted.peak[False] <= CONCURRENCY
     assert all(files.tiers.cold.contains(ref.block_id) for ref in refs)
 
+
+
+class OneSlowUpload:
+    """Wraps the tier manager's upload: `slow` waits until released, the rest are quick."""
+
+    def __init__(self, tiers, slow: int) -> None:
+        self._upload = tiers.upload
+        self.slow = slow
+        self.release = trio.Event()
+        tiers.upload = self
+
+    async def __call__(self, block_id: int, expected: int) -> int:
+        await (self.release.wait() if block_id == self.slow else trio.sleep(0.005))
+        return await self._upload(block_id, expected)
+
+
+@pytest.mark.parametrize("beside", [None, 2])
+@trio_test
+async def test_a_slow_upload_holds_up_neither_the_others_nor_their_commits(files, beside):
+    of = await files.write_sealed(b"checkpoint", noise(3 * CONCURRENCY * BS, 5))
+    refs = list(files.meta.all_block_refs(of.ino).values())
+    block_ids = [ref.block_id for ref in refs]
+    settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside or 0)
+    uploader = Uploader(files.meta, files.tiers, settings)
+    uploader.enqueue(refs)
+    slow = OneSlowUpload(files.tiers, block_ids[0])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(uploader.run)
+        with trio.fail_after(10):
+            while uploader.pending != [block_ids[0]]:  # the others go through the free slots
+                if beside:
+                    files.tiers.last_stage = trio.current_time()
+                await trio.sleep(0.01)
+        assert not files.meta.is_pending(block_ids[1]) and files.meta.is_pending(block_ids[0])
+        slow.release.set()
+        with trio.fail_after(10):
+            await uploader.wait_uploaded(block_ids)
+        nursery.cancel_scope.cancel()
+    assert all(files.tiers.cold.contains(b) for b in block_ids)
