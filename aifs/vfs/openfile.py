@@ -14,6 +14,7 @@ class OpenFile:
     pass reading one block in pieces counts as one use. `lock` orders writes,
     seals and truncates. `readahead` follows the access pattern (None: no readahead);
     `ranged` is the path's rule on small random reads (fetch chunks, or whole blocks).
+    `written` says a handle wrote to it since it was opened.
     """
 
     def __init__(self, ino: int, size: int) -> None:
@@ -26,6 +27,7 @@ class OpenFile:
         self.last_block: int | None = None
         self.readahead: Readahead | None = None
         self.ranged = True  # small random reads may fetch chunks instead of whole blocks
+        self.written = False
         self.lock = trio.Lock()
 
     @property
@@ -34,10 +36,13 @@ class OpenFile:
 
 
 class OpenFiles:
-    """The table of open files, keyed by inode."""
+    """The table of open files, keyed by inode; it also counts the files being written, so
+    background work can tell when the last writer is done."""
 
     def __init__(self) -> None:
         self._files: dict[int, OpenFile] = {}
+        self.writing = 0  # open files written to since they were opened
+        self.last_writer_closed = float("-inf")  # trio time
 
     def get(self, ino: int) -> OpenFile | None:
         return self._files.get(ino)
@@ -49,12 +54,20 @@ class OpenFiles:
         of.handles += 1
         return of
 
+    def wrote(self, of: OpenFile) -> None:
+        if not of.written:
+            of.written = True
+            self.writing += 1
+
     def release(self, of: OpenFile) -> bool:
         """Drop one handle; True when it was the last one."""
         of.handles -= 1
         if of.handles > 0:
             return False
         del self._files[of.ino]
+        if of.written:
+            self.writing -= 1
+            self.last_writer_closed = trio.current_time()
         return True
 
     def is_open(self, ino: int) -> bool:

@@ -62,13 +62,13 @@ class Volume:
         self.tiers = open_tier_manager(config, self.meta.volume)
         self.files = OpenFiles()
         self.names = NameCache()
-        self.uploader = Uploader(self.meta, self.tiers, config.writeback)
+        self.uploader = Uploader(self.meta, self.tiers, self.files, config.writeback)
         self.pinner = Pinner(self.meta, self.tiers)
         self.prefetch = Prefetcher(self.tiers, self.spawn)
         self.data = FileData(self.meta, self.tiers, self._blocks_committed, self.prefetch,
                              lambda ino: self.pinner.pins.get(ino) == "ram")
         self._nursery: trio.Nursery | None = None
-        self.gc = GarbageCollector(self.meta, self.tiers)
+        self.gc = GarbageCollector(self.meta, self.tiers, self.files)
         self._sync_meta = GroupCommit(self.meta.sync)
         self._recover()
 
@@ -200,6 +200,7 @@ class Volume:
     async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
         async with of.lock:
             await self.data.write(of, offset, data)
+        self.files.wrote(of)
 
     async def flush(self, of: OpenFile) -> None:
         """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4);
@@ -245,7 +246,11 @@ class Volume:
 
     async def release(self, of: OpenFile) -> None:
         await self.flush(of)
-        if self.files.release(of) and self.meta.getattr(of.ino).nlink == 0:
+        if not self.files.release(of):
+            return
+        if of.written and not self.files.writing:
+            self.uploader.writers_closed()
+        if self.meta.getattr(of.ino).nlink == 0:
             self.meta.reclaim(of.ino)
 
     async def sync_all(self) -> None:

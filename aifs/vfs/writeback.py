@@ -14,6 +14,7 @@ from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.manager import TierManager
+from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.pacing import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -22,15 +23,27 @@ IDLE_POLL_S = 1.0
 GC_PERIOD_S = 1.0
 RETRY_S = 5.0
 QUIET_S = 0.5
+SETTLE_S = 0.05
 STAGING_HIGH_WATER = 0.5
 
 
-def writers_active(tiers: TierManager) -> bool:
+def writers_quiet_at(tiers: TierManager, files: OpenFiles) -> float:
+    """When the writers count as quiet if nothing else happens: QUIET_S after the last block
+    staged, or, once no file being written is open, SETTLE_S after the last one closed (a
+    finished checkpoint does not wait out QUIET_S; a stream of small creates keeps its writers
+    busy)."""
+    quiet = tiers.last_stage + QUIET_S
+    if files.writing == 0:
+        quiet = min(quiet, files.last_writer_closed + SETTLE_S)
+    return quiet
+
+
+def writers_active(tiers: TierManager, files: OpenFiles) -> bool:
     """Writers own the disk and the CPUs while they stage blocks (background work waits),
     until staging passes its high-water mark and uploads must make room."""
     nvme = tiers.nvme
-    recently = trio.current_time() - tiers.last_stage < QUIET_S
-    return recently and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
+    busy = trio.current_time() < writers_quiet_at(tiers, files)
+    return busy and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
 
 
 class Uploader:
@@ -43,9 +56,11 @@ class Uploader:
     A failed upload pauses new ones for RETRY_S; the block stays queued.
     """
 
-    def __init__(self, meta: MetaEngine, tiers: TierManager, settings: WritebackConfig) -> None:
+    def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles,
+                 settings: WritebackConfig) -> None:
         self.meta = meta
         self.tiers = tiers
+        self.files = files
         self.concurrency = settings.upload_concurrency
         self.beside_writers = settings.uploads_beside_writers
         self._pace = TokenBucket(settings.upload_bandwidth)
@@ -66,6 +81,10 @@ class Uploader:
 
     def enqueue(self, refs: list[BlockRef]) -> None:
         self._queue.update((ref.block_id, ref.checksum) for ref in refs)
+        self._wake.set()
+
+    def writers_closed(self) -> None:
+        """The last file being written was closed: what may start changes SETTLE_S from now."""
         self._wake.set()
 
     def pending_of(self, block_ids: list[int]) -> list[int]:
@@ -103,7 +122,7 @@ class Uploader:
 
     def _allowed(self) -> int:
         """How many uploads may run at once now: all, or only those allowed beside busy writers."""
-        if self._urgent or not writers_active(self.tiers):
+        if self._urgent or not writers_active(self.tiers, self.files):
             return self.concurrency
         return self.beside_writers
 
@@ -113,8 +132,8 @@ class Uploader:
         now = trio.current_time()
         if now < self._paused_until:
             wake_at = self._paused_until
-        elif writers_active(self.tiers):
-            wake_at = self.tiers.last_stage + QUIET_S
+        elif writers_active(self.tiers, self.files):
+            wake_at = writers_quiet_at(self.tiers, self.files)
         else:
             wake_at = now + IDLE_POLL_S
         with trio.move_on_at(wake_at):
@@ -162,9 +181,10 @@ class Uploader:
 class GarbageCollector:
     """Deletes retired blocks from every tier once their grace period is over."""
 
-    def __init__(self, meta: MetaEngine, tiers: TierManager) -> None:
+    def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles) -> None:
         self.meta = meta
         self.tiers = tiers
+        self.files = files
 
     async def run(self) -> None:
         while True:
@@ -174,7 +194,7 @@ class GarbageCollector:
     async def collect(self) -> int:
         """Delete what is due, in bulk; blocks the cold tier cannot delete now stay queued
         for a later round. Waits while writers are busy: garbage is never urgent."""
-        if writers_active(self.tiers):
+        if writers_active(self.tiers, self.files):
             return 0
         due = self.meta.garbage_due()
         if not due:

@@ -24,7 +24,7 @@ from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.ram import RamTier
 from aifs.vfs.filedata import FileData
-from aifs.vfs.openfile import OpenFile
+from aifs.vfs.openfile import OpenFile, OpenFiles
 
 BS = 64 << 10
 SHARDS = 4
@@ -55,6 +55,13 @@ def trio_test(fn):
         return trio.run(functools.partial(fn, *args, **kwargs))
 
     return wrapper
+
+
+def open_writer(files: OpenFiles, ino: int = 1) -> OpenFile:
+    """A file in `files` that a handle has written to and keeps open: writers are at work."""
+    of = files.acquire(ino, 0)
+    files.wrote(of)
+    return of
 
 
 def never_open(_ino: int) -> bool:

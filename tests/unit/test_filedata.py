@@ -6,10 +6,10 @@ import trio
 from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import INLINE_BYTES
 from aifs.tiers.ram import RamTier
-from aifs.vfs.openfile import OpenFile
+from aifs.vfs.openfile import OpenFile, OpenFiles
 from aifs.vfs.writeback import GarbageCollector
 
-from .conftest import BS, FAR_FUTURE, noise, trio_test
+from .conftest import BS, FAR_FUTURE, noise, open_writer, trio_test
 
 
 def apply(model: bytearray, offset: int, data: bytes) -> None:
@@ -294,7 +294,9 @@ async def test_garbage_waits_while_writers_stage_then_goes_in_bulk(files):
     old = [ref.block_id for ref in refs]
     files.meta.garbage_grace_ns = 0
     await files.data.truncate(first.ino, None, 0)
-    collector = GarbageCollector(files.meta, files.tiers)
+    table = OpenFiles()
+    open_writer(table)
+    collector = GarbageCollector(files.meta, files.tiers, table)
     files.tiers.last_stage = trio.current_time()  # a writer staged a block just now
     assert await collector.collect() == 0, "garbage is never urgent"
     files.tiers.last_stage = float("-inf")

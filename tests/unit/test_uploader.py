@@ -1,13 +1,16 @@
 """The uploader: none of its uploads beside busy writers by default, `uploads_beside_writers`
-if set; a slow upload holds up neither the other slots nor their commits."""
+if set, all of them once the last writer closes; a slow upload holds up neither the other
+slots nor their commits."""
 
 import pytest
 import trio
 
 from aifs.config.models import WritebackConfig
+from aifs.vfs import writeback
+from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.writeback import Uploader
 
-from .conftest import BS, noise, trio_test
+from .conftest import BS, noise, open_writer, trio_test
 
 BLOCKS = 6
 CONCURRENCY = 4
@@ -40,7 +43,9 @@ async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
     of = await files.write_sealed(b"checkpoint", noise(BLOCKS * BS, 3))
     refs = list(files.meta.all_block_refs(of.ino).values())
     settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside)
-    uploader = Uploader(files.meta, files.tiers, settings)
+    table = OpenFiles()
+    open_writer(table)
+    uploader = Uploader(files.meta, files.tiers, table, settings)
     uploader.enqueue(refs)
     counted = CountedUploads(files.tiers)
     async with trio.open_nursery() as nursery:
@@ -58,6 +63,29 @@ async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
     assert counted.peak[True] == beside, "uploads beside busy writers"
     assert (busy_uploads > 0) == (beside > 0)
     assert counted.peak[False] <= CONCURRENCY
+    assert all(files.tiers.cold.contains(ref.block_id) for ref in refs)
+
+
+@trio_test
+async def test_uploads_start_once_the_last_writer_closes_without_waiting_out_the_quiet(files, monkeypatch):
+    monkeypatch.setattr(writeback, "QUIET_S", 3600.0)  # by the staging clock alone, busy all along
+    of = await files.write_sealed(b"checkpoint", noise(BLOCKS * BS, 6))
+    refs = list(files.meta.all_block_refs(of.ino).values())
+    table = OpenFiles()
+    writers = [open_writer(table, ino) for ino in (1, 2)]
+    uploader = Uploader(files.meta, files.tiers, table, WritebackConfig(upload_concurrency=CONCURRENCY))
+    uploader.enqueue(refs)
+    files.tiers.last_stage = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(uploader.run)
+        for writer in writers:
+            await trio.sleep(0.1)
+            assert uploader.uploaded_bytes == 0, "no upload while a file being written is open"
+            table.release(writer)
+        uploader.writers_closed()
+        with trio.fail_after(10):
+            await uploader.wait_uploaded([ref.block_id for ref in refs])
+        nursery.cancel_scope.cancel()
     assert all(files.tiers.cold.contains(ref.block_id) for ref in refs)
 
 
@@ -82,7 +110,9 @@ async def test_a_slow_upload_holds_up_neither_the_others_nor_their_commits(files
     refs = list(files.meta.all_block_refs(of.ino).values())
     block_ids = [ref.block_id for ref in refs]
     settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside)
-    uploader = Uploader(files.meta, files.tiers, settings)
+    table = OpenFiles()
+    open_writer(table)
+    uploader = Uploader(files.meta, files.tiers, table, settings)
     uploader.enqueue(refs)
     slow = OneSlowUpload(files.tiers, block_ids[0])
     async with trio.open_nursery() as nursery:
