@@ -112,7 +112,7 @@ def test_checkpoint_s3_measures_every_column(base: Path, monkeypatch: pytest.Mon
     assert all("1 round(s): close" in note for note in document["notes"]["durable"].values())
     assert [line.split(":")[0] for line in document["goals"]] == [
         "aifs-local / local close", "aifs-local / boto3 durable", f"aifs-local durable floor on {os.cpu_count()} cores",
-        "aifs-beside (8 uploads beside the writers)"]
+        "aifs-beside (8 uploads beside the writers, from the upload process)"]
     assert_left_nothing(base)
 
 

@@ -8,7 +8,8 @@ machine spent until then:
     aifs-local   an aifs volume with ram, nvme and an s3 tier, files under a path with no
                  rule: close after NVMe staging; durable once `aifs sync --wait` returns
     aifs-beside  the same on a second volume whose uploads all run beside busy writers
-                 (`writeback.uploads_beside_writers`); aifs-local's wait until they are quiet
+                 (`writeback.uploads_beside_writers`), from the S3 tier's upload process
+                 (`upload_process`); aifs-local's wait until the writers are done
     aifs-remote  the same volume, files under a `durability = "remote"` rule: close waits for S3
     boto3        the same bytes PUT straight to the same bucket, 8 threads, one PUT per 4 MiB
                  object (one per aifs block), the client configured as aifs' own
@@ -88,11 +89,11 @@ def run(base: str, scale: float, progress: Callable[[str], None], s3_endpoint: s
 
 def _config(volume: ScratchVolume, target: S3Target, size: int, beside: int = 0) -> Path:
     """Room on NVMe for two checkpoints, so staging never waits; garbage collected soon after a
-    delete; `beside` uploads beside busy writers."""
+    delete; `beside` uploads beside busy writers, from the upload process if any."""
     nvme = 2 * checkpoint.WRITERS * size + 256 * MiB
     writeback = table("[writeback]", garbage_grace=GARBAGE_GRACE_S, uploads_beside_writers=beside)
     return volume.config("checkpoint", tier("ram", capacity=256 * MiB), tier("nvme", capacity=nvme),
-                         target.tier(), writeback,
+                         target.tier(upload_process=beside > 0), writeback,
                          table("[[rules]]", path="/remote/**", durability="remote"))
 
 
@@ -171,7 +172,7 @@ def goals(results: Results) -> list[str]:
             f"aifs-local / boto3 durable: {aifs['durable'].value / boto3['durable'].value:.2f} (goal <= 1.0)",
             f"aifs-local durable floor on {cores} cores: {floor:.2f} s ({aifs['cpu'].value:.1f} cpu-s), "
             f"{floor / boto3['durable'].value:.2f} of boto3's durable",
-            f"aifs-beside ({BESIDE} uploads beside the writers): close / local "
+            f"aifs-beside ({BESIDE} uploads beside the writers, from the upload process): close / local "
             f"{beside['close'].value / local['close'].value:.2f}, durable / boto3 "
             f"{beside['durable'].value / boto3['durable'].value:.2f}"]
 

@@ -155,9 +155,9 @@ class S3Target:
         """The same endpoint and bucket under a prefix of its own, for another volume or boto3 alone."""
         return replace(self, prefix=f"{self.prefix.rstrip('/')}-{name}/")
 
-    def tier(self) -> str:
-        """The volume's `[[tiers]]` entry."""
-        return tier("s3", **self._keys())
+    def tier(self, **keys: object) -> str:
+        """The volume's `[[tiers]]` entry, with `keys` added."""
+        return tier("s3", **self._keys(), **keys)
 
     def client(self) -> Any:
         """A boto3 client configured exactly as the volume's own (aifs.tiers.s3_client)."""

@@ -332,6 +332,7 @@ class S3Tier(TierConfig):
     retries: int = Field(5, ge=0, le=20, strict=True)
     verify_tls: bool = Field(True, strict=True)
     sign_payload: Literal["auto", "always", "never"] = "auto"
+    upload_process: bool = Field(False, strict=True)
     create_bucket: bool = Field(False, strict=True)
     breaker_failures: int = Field(5, ge=1, le=1000, strict=True)
     breaker_cooldown: float = Field(10.0, gt=0, strict=True)

@@ -407,10 +407,12 @@ class TierManager:
             await self.remote.open_on_loop()
 
     async def close(self) -> None:
-        """Give queued offers a few seconds to reach the servers, then close the remote tier."""
+        """Give queued offers a few seconds to reach the servers, then close the remote and
+        cold tiers."""
         for calls in (self.fills, self.background):
             if calls is not None:
                 await trio.to_thread.run_sync(calls.close)
         if self.remote is not None:
             self.remote.close_on_loop()
             await trio.to_thread.run_sync(self.remote.close)
+        await trio.to_thread.run_sync(self.cold.close)

@@ -45,6 +45,9 @@ class LocalObjectStore:
         """Make every earlier put survive power loss."""
         sync_filesystem(self.root)
 
+    def close(self) -> None:
+        """Nothing to release: every call opens and closes its own files."""
+
     def delete(self, block_id: int) -> None:
         freed = remove_file(self._path(block_id))
         with self._used_lock:

@@ -39,6 +39,9 @@ class ColdTier(Tier, Protocol):
     def url(self, block_id: int | None = None) -> str:
         """Where an operator finds the tier, or one of its objects."""
 
+    def close(self) -> None:
+        """Release what the tier started (processes, threads); it is not used afterwards."""
+
 
 def object_name(block_id: int) -> str:
     """Object names spread over 256 fan-out folders by the low byte of the id."""

@@ -9,42 +9,33 @@ PUT per block (blocks are at most 64 MiB, far below S3's 5 GiB single-PUT limit)
 Every request runs through a Retrier: transient failures are retried with
 backoff, a circuit breaker stops waiting on an endpoint that keeps failing, and
 whatever cannot be done raises OSError(EIO) naming the bucket, key and error, so
-the uploader retries later and a reader gets EIO within a bounded time.
+the uploader retries later and a reader gets EIO within a bounded time. With
+`upload_process`, block PUTs go through a process of their own (s3_putter).
 """
 
-import errno
+import logging
 import re
 import threading
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from aifs.config.models import S3Tier as S3Settings
 from aifs.tiers.protocol import object_name
-from aifs.tiers.s3_breaker import CircuitBreaker, CircuitOpen
+from aifs.tiers.s3_breaker import CircuitBreaker
 from aifs.tiers.s3_client import make_client
 from aifs.tiers.s3_marker import MARKER_NAME, S3SetupError, VolumeMarker
-from aifs.tiers.s3_retry import Retrier, error_code, is_transient
+from aifs.tiers.s3_putter import PutProcess, PutterFailed
+from aifs.tiers.s3_retry import Retrier, S3Error, error_code
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _OBJECT_KEY = re.compile(r"[0-9a-f]{2}/([0-9a-f]{16})")
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})  # HEAD answers carry no error code
 DELETE_BATCH = 1000  # the most objects one DeleteObjects request may name
-
-
-class S3Error(OSError):
-    """An S3 operation failed for good (EIO); `code` is S3's error code when it answered."""
-
-    def __init__(self, message: str, code: str = "") -> None:
-        super().__init__(errno.EIO, message)
-        self.code = code
-
-
-class S3Unavailable(S3Error):
-    """The circuit breaker is open: S3 counts as down and no request was sent."""
 
 
 class S3Tier:
@@ -58,6 +49,7 @@ class S3Tier:
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown)
         self._retrier = Retrier(settings.retries, self.breaker)
         self._client = make_client(settings)
+        self._putter = PutProcess(settings, self.breaker, volume.block_size) if settings.upload_process else None
         self._lock = threading.Lock()
         self._used = 0
         self._claim(volume, settings)
@@ -75,11 +67,33 @@ class S3Tier:
 
     def put(self, block_id: int, data: bytes) -> None:
         key = self._key(block_id)
-        self._request("PUT", key, partial(
-            self._client.put_object, Bucket=self.bucket, Key=key, Body=data,
-        ))
+        if self._putter is None or not self._putter.fits(data) or not self._put_elsewhere(key, data):
+            self._request("PUT", key, partial(
+                self._client.put_object, Bucket=self.bucket, Key=key, Body=data,
+            ))
         with self._lock:
             self._used += len(data)
+
+    def _put_elsewhere(self, key: str, data: bytes) -> bool:
+        """PUT through the upload process; False if it cannot start (the caller PUTs itself)."""
+        assert self._putter is not None
+        try:
+            self._putter.put(key, data)
+        except PutterFailed as exc:
+            log.warning("%s; S3 PUTs run in the mount's process", exc)
+            self._putter = None
+            return False
+        return True
+
+    @property
+    def upload_pid(self) -> int | None:
+        """The process the PUTs run in, once started; None while they run in this one."""
+        return None if self._putter is None else self._putter.pid
+
+    def close(self) -> None:
+        """Stop the upload process (after the PUTs it holds)."""
+        if self._putter is not None:
+            self._putter.close()
 
     def flush(self) -> None:
         """Nothing to do: a PUT that returned is durable."""
@@ -155,16 +169,7 @@ class S3Tier:
 
     def _request(self, op: str, key: str, request: Callable[[], T]) -> T:
         """Run one operation with retries; every failure becomes an S3Error naming the object."""
-        where = f"{op} s3://{self.bucket}/{key}"
-        try:
-            return self._retrier.call(request)
-        except CircuitOpen as exc:
-            raise S3Unavailable(f"{where}: S3 {exc}") from None
-        except (BotoCoreError, ClientError) as exc:
-            code = error_code(exc) if isinstance(exc, ClientError) else ""
-            attempts = self._retrier.retries + 1
-            tries = f" (gave up after {attempts} attempts)" if is_transient(exc) else ""
-            raise S3Error(f"{where} failed{tries}: {exc}", code) from exc
+        return self._retrier.run(f"{op} s3://{self.bucket}/{key}", request)
 
     # -- the volume marker -----------------------------------------------------
 

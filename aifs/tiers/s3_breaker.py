@@ -66,6 +66,14 @@ class CircuitBreaker:
             self._opened_at = None
             self._probing = False
 
+    def trip(self, error: str) -> None:
+        """Open now: another client of the same service (the upload process) found it down."""
+        with self._lock:
+            self._last_error = error
+            self._failures = max(self._failures, self.threshold)
+            self._last_failure_at = self._opened_at = self._clock()
+            self._probing = False
+
     def failed(self, error: str, started: float | None = None) -> None:
         """A failed probe reopens the breaker at once; otherwise it opens at the threshold,
         counting only failures of requests `started` after the last failure was seen."""

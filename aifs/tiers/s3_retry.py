@@ -1,19 +1,21 @@
-"""Which S3 failures are worth retrying, and the bounded retry loop every request runs in.
+"""Which S3 failures are worth retrying, the bounded retry loop every request runs in,
+and the errors an operation that failed for good raises.
 
 botocore's own retries are switched off (see s3_client), so that each attempt on
 the wire is seen here: it is counted by the circuit breaker, and the total time
 one operation can spend failing is bounded by `retries` and the backoff below.
 """
 
+import errno
 import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from botocore import exceptions as boto
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from aifs.tiers.s3_breaker import CircuitBreaker
+from aifs.tiers.s3_breaker import CircuitBreaker, CircuitOpen
 
 T = TypeVar("T")
 
@@ -27,6 +29,24 @@ _TRANSIENT_CODES = frozenset({
 _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 # Timeouts, refused and reset connections, bodies cut short.
 _NETWORK_ERRORS = (boto.ConnectionError, boto.HTTPClientError, boto.IncompleteReadError)
+
+
+class S3Error(OSError):
+    """An S3 operation failed for good (EIO); `code` is S3's error code when it answered,
+    `transient` says the service itself failed (down, throttling, cut off) rather than
+    refused the request."""
+
+    def __init__(self, message: str, code: str = "", transient: bool = False) -> None:
+        super().__init__(errno.EIO, message)
+        self.code = code
+        self.transient = transient
+
+
+class S3Unavailable(S3Error):
+    """The circuit breaker is open: S3 counts as down and no request was sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -79,3 +99,15 @@ class Retrier:
                 return result
             self._sleep(backoff(attempt))
             attempt += 1
+
+    def run(self, where: str, request: Callable[[], T]) -> T:
+        """`call`, with every failure an S3Error naming the operation (`where`)."""
+        try:
+            return self.call(request)
+        except CircuitOpen as exc:
+            raise S3Unavailable(f"{where}: S3 {exc}") from None
+        except (BotoCoreError, ClientError) as exc:
+            code = error_code(exc) if isinstance(exc, ClientError) else ""
+            transient = is_transient(exc)
+            tries = f" (gave up after {self.retries + 1} attempts)" if transient else ""
+            raise S3Error(f"{where} failed{tries}: {exc}", code, transient) from exc

@@ -138,11 +138,16 @@ def new_volume(block_size: int = 4 << 20) -> VolumeMarker:
 
 
 @pytest.fixture
-def open_tier(moto_server, bucket) -> Callable[..., S3Tier]:
-    """Open an S3Tier on this test's bucket; keys override the tier's settings."""
+def open_tier(moto_server, bucket) -> Iterator[Callable[..., S3Tier]]:
+    """Open an S3Tier on this test's bucket; keys override the tier's settings. The tiers
+    are closed after the test (their upload processes stopped)."""
+    opened: list[S3Tier] = []
 
     def open_(volume: VolumeMarker | None = None, **keys: Any) -> S3Tier:
         settings = s3_settings(moto_server, bucket, **keys)
-        return S3Tier(settings, 1 << 50, volume or new_volume())
+        opened.append(S3Tier(settings, 1 << 50, volume or new_volume()))
+        return opened[-1]
 
-    return open_
+    yield open_
+    for tier in opened:
+        tier.close()

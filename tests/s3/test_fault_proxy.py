@@ -66,9 +66,11 @@ def test_proxy_faults_happen_and_stop_at_their_bound(moto_server, bucket, faults
 
 
 @pytest.mark.timeout_s(150)
-def test_workload_through_a_faulty_network_keeps_every_byte(make_s3_volume, moto_server, bucket):
+@pytest.mark.parametrize("upload_process", [False, True])  # PUTs from the mount, or from its child
+def test_workload_through_a_faulty_network_keeps_every_byte(make_s3_volume, moto_server, bucket, upload_process):
     with FaultProxy(moto_server.port, FAULTS) as proxy:
-        volume = make_s3_volume(proxy.endpoint, bucket, s3=S3_KEYS, writeback={"garbage_grace": 0})
+        keys = S3_KEYS | {"upload_process": upload_process}
+        volume = make_s3_volume(proxy.endpoint, bucket, s3=keys, writeback={"garbage_grace": 0})
         volume.mount()
         (volume.path / "data").mkdir()
         names = [f"data/part{i}.bin" for i in range(FILES)]

@@ -34,6 +34,7 @@ def test_defaults_for_aws(tmp_path):
     assert (s3.access_key, s3.secret_key) == (None, None)
     assert (s3.max_connections, s3.connect_timeout, s3.read_timeout, s3.retries) == (16, 5.0, 30.0, 5)
     assert (s3.verify_tls, s3.sign_payload, s3.create_bucket) == (True, "auto", False)
+    assert s3.upload_process is False
     assert (s3.breaker_failures, s3.breaker_cooldown) == (5, 10.0)
     assert cfg.capacity_of(s3) == PiB
 
@@ -43,7 +44,8 @@ def test_every_key_set(tmp_path):
         capacity='"100TiB"', endpoint='"https://minio.example.com:9000/"', prefix='"volumes/train/"',
         region='"eu-west-1"', addressing='"virtual"', access_key='"AK"', secret_key='"SK"',
         max_connections=64, connect_timeout=1, read_timeout=2.5, retries=0, verify_tls="false",
-        sign_payload='"always"', create_bucket="true", breaker_failures=3, breaker_cooldown=0.5,
+        sign_payload='"always"', upload_process="true", create_bucket="true", breaker_failures=3,
+        breaker_cooldown=0.5,
     ))
     s3 = cfg.tiers[-1]
     assert s3.endpoint == "https://minio.example.com:9000"
@@ -51,6 +53,7 @@ def test_every_key_set(tmp_path):
     assert (s3.access_key, s3.secret_key.get_secret_value()) == ("AK", "SK")
     assert (s3.max_connections, s3.connect_timeout, s3.read_timeout, s3.retries) == (64, 1.0, 2.5, 0)
     assert (s3.verify_tls, s3.sign_payload, s3.create_bucket) == (False, "always", True)
+    assert s3.upload_process is True
     assert (s3.breaker_failures, s3.breaker_cooldown) == (3, 0.5)
     assert cfg.capacity_of(s3) == 100 << 40
 
@@ -126,6 +129,9 @@ BAD = {
     "sign_payload as a boolean": (
         NVME + s3_table(sign_payload="true"),
         "tiers[1].sign_payload = true: must be 'auto', 'always' or 'never'",
+    ),
+    "upload_process as a string": (
+        NVME + s3_table(upload_process='"yes"'), "tiers[1].upload_process = 'yes': must be true or false",
     ),
     "zero breaker threshold": (
         NVME + s3_table(breaker_failures=0),

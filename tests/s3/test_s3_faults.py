@@ -3,12 +3,14 @@ circuit breaker opens and fails calls fast, and the tier recovers once S3 is bac
 
 import errno
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from aifs.tiers.s3 import S3Error, S3Tier, S3Unavailable
+from aifs.tiers.s3 import S3Tier
+from aifs.tiers.s3_retry import S3Error, S3Unavailable
 
-from .conftest import MotoServer, new_volume, s3_settings
+from .conftest import new_volume, s3_settings
 
 COOLDOWN_S = 3.0
 
@@ -21,18 +23,28 @@ def timed(fn, *args):
     return info.value, time.monotonic() - start
 
 
-def open_tier(server: MotoServer, **keys) -> S3Tier:
-    bucket = server.create_bucket()
-    settings = s3_settings(server, bucket, breaker_cooldown=COOLDOWN_S, **keys)
-    return S3Tier(settings, 1 << 50, new_volume())
+@pytest.fixture
+def open_tier(private_moto) -> Iterator[Callable[..., S3Tier]]:
+    """Tiers on the test's own server, closed after it (their upload processes stopped)."""
+    opened: list[S3Tier] = []
+
+    def open_(**keys) -> S3Tier:
+        settings = s3_settings(private_moto, private_moto.create_bucket(), breaker_cooldown=COOLDOWN_S, **keys)
+        opened.append(S3Tier(settings, 1 << 50, new_volume()))
+        return opened[-1]
+
+    yield open_
+    for tier in opened:
+        tier.close()
 
 
 def wait_for_probe() -> None:
     time.sleep(COOLDOWN_S + 0.05)
 
 
-def test_killed_server_fails_in_bounded_time_then_recovers(private_moto):
-    tier = open_tier(private_moto, retries=3, breaker_failures=3)
+@pytest.mark.parametrize("upload_process", [False, True])  # PUTs from the mount, or from its child
+def test_killed_server_fails_in_bounded_time_then_recovers(open_tier, private_moto, upload_process):
+    tier = open_tier(retries=3, breaker_failures=3, upload_process=upload_process)
     tier.put(1, b"before")
     private_moto.stop()
 
@@ -58,8 +70,8 @@ def test_killed_server_fails_in_bounded_time_then_recovers(private_moto):
     assert tier.get(1) is None  # moto lost it with the process; S3 itself would not
 
 
-def test_failed_probe_keeps_the_breaker_open(private_moto):
-    tier = open_tier(private_moto, retries=0, breaker_failures=1)
+def test_failed_probe_keeps_the_breaker_open(open_tier, private_moto):
+    tier = open_tier(retries=0, breaker_failures=1)
     private_moto.stop()
     timed(tier.get, 1)
     assert tier.breaker.state == "open"
@@ -70,8 +82,9 @@ def test_failed_probe_keeps_the_breaker_open(private_moto):
     assert isinstance(timed(tier.get, 1)[0], S3Unavailable)
 
 
-def test_frozen_server_times_out_instead_of_hanging(private_moto):
-    tier = open_tier(private_moto, retries=1, breaker_failures=2, read_timeout=1.0)
+@pytest.mark.parametrize("upload_process", [False, True])
+def test_frozen_server_times_out_instead_of_hanging(open_tier, private_moto, upload_process):
+    tier = open_tier(retries=1, breaker_failures=2, read_timeout=1.0, upload_process=upload_process)
     tier.put(1, b"x" * 1000)
     private_moto.freeze()  # accepts connections, never answers
     try:
