@@ -51,6 +51,11 @@ READY = ("ready", 1)  # and the protocol's version: a child of another aifs vers
 Outcome = tuple[bool, str, str, bool, bool] | None
 
 
+def _lost(message: str) -> Outcome:
+    """The answer for a PUT nobody can tell the outcome of: worth another try."""
+    return (False, message, "", True, False)
+
+
 class PutterFailed(Exception):
     """The child process could not be started: PUTs must run in this process."""
 
@@ -141,7 +146,7 @@ class PutProcess:
                 child.waiting[request] = future
                 child.conn.send((request, key, slot, length))
             except (OSError, PutterFailed) as exc:
-                future.set_result((False, f"PUT {key}: the S3 upload process is gone ({exc})", "", True, False))
+                future.set_result(_lost(f"PUT {key}: the S3 upload process is gone ({exc})"))
         return future
 
     def _map_arena(self) -> None:
@@ -221,7 +226,7 @@ class PutProcess:
             log.warning("the S3 upload process %d exited (code %s) with %d PUTs in flight; "
                         "they will be retried", child.proc.pid, code, len(waiting))
         for future in waiting.values():
-            future.set_result((False, f"the S3 upload process exited (code {code}) during the PUT", "", True, False))
+            future.set_result(_lost(f"the S3 upload process exited (code {code}) during the PUT"))
 
     def close(self) -> None:
         """Let the child finish what it holds and exit."""
@@ -258,7 +263,7 @@ def serve(conn: Connection, arena: mmap.mmap) -> None:
             outcome = (isinstance(exc, S3Unavailable), str(exc), exc.code, exc.transient,
                        breaker.state != "closed")
         except Exception as exc:  # noqa: BLE001 - the mount must hear of every failure
-            outcome = (False, f"PUT s3://{settings.bucket}/{key} failed: {exc!r}", "", True, False)
+            outcome = _lost(f"PUT s3://{settings.bucket}/{key} failed: {exc!r}")
         try:
             with answer_lock:
                 conn.send((request, outcome))

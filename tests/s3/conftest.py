@@ -137,17 +137,21 @@ def new_volume(block_size: int = 4 << 20) -> VolumeMarker:
     return VolumeMarker(str(uuid.uuid4()), block_size, 1)
 
 
-@pytest.fixture
-def open_tier(moto_server, bucket) -> Iterator[Callable[..., S3Tier]]:
-    """Open an S3Tier on this test's bucket; keys override the tier's settings. The tiers
-    are closed after the test (their upload processes stopped)."""
+def opening_tiers(settings_of: Callable[..., S3Settings]) -> Iterator[Callable[..., S3Tier]]:
+    """A fixture's body: it yields an opener of S3Tiers on `settings_of(**keys)`, and closes
+    them after the test (their upload processes stopped)."""
     opened: list[S3Tier] = []
 
     def open_(volume: VolumeMarker | None = None, **keys: Any) -> S3Tier:
-        settings = s3_settings(moto_server, bucket, **keys)
-        opened.append(S3Tier(settings, 1 << 50, volume or new_volume()))
+        opened.append(S3Tier(settings_of(**keys), 1 << 50, volume or new_volume()))
         return opened[-1]
 
     yield open_
     for tier in opened:
         tier.close()
+
+
+@pytest.fixture
+def open_tier(moto_server, bucket) -> Iterator[Callable[..., S3Tier]]:
+    """Open an S3Tier on this test's bucket; keys override the tier's settings."""
+    yield from opening_tiers(lambda **keys: s3_settings(moto_server, bucket, **keys))

@@ -10,7 +10,7 @@ import pytest
 from aifs.tiers.s3 import S3Tier
 from aifs.tiers.s3_retry import S3Error, S3Unavailable
 
-from .conftest import new_volume, s3_settings
+from .conftest import opening_tiers, s3_settings
 
 COOLDOWN_S = 3.0
 
@@ -25,17 +25,9 @@ def timed(fn, *args):
 
 @pytest.fixture
 def open_tier(private_moto) -> Iterator[Callable[..., S3Tier]]:
-    """Tiers on the test's own server, closed after it (their upload processes stopped)."""
-    opened: list[S3Tier] = []
-
-    def open_(**keys) -> S3Tier:
-        settings = s3_settings(private_moto, private_moto.create_bucket(), breaker_cooldown=COOLDOWN_S, **keys)
-        opened.append(S3Tier(settings, 1 << 50, new_volume()))
-        return opened[-1]
-
-    yield open_
-    for tier in opened:
-        tier.close()
+    """Tiers on the test's own server, each on a bucket of its own."""
+    yield from opening_tiers(lambda **keys: s3_settings(
+        private_moto, private_moto.create_bucket(), breaker_cooldown=COOLDOWN_S, **keys))
 
 
 def wait_for_probe() -> None:
