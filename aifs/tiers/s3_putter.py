@@ -46,12 +46,12 @@ log = logging.getLogger(__name__)
 EXIT_WAIT_S = 10.0
 START_TIMEOUT_S = 60.0
 READY = ("ready", 1)  # and the protocol's version: a child of another aifs version is refused
-# What the child answers: None for success, else (unavailable, message, code, transient,
-# whether its breaker is open).
-Outcome = tuple[bool, str, str, bool, bool] | None
+# How a PUT failed: (unavailable, message, code, transient, whether the child's breaker is open).
+Failure = tuple[bool, str, str, bool, bool]
+Outcome = Failure | None  # what the child answers: None for success
 
 
-def _lost(message: str) -> Outcome:
+def _lost(message: str) -> Failure:
     """The answer for a PUT nobody can tell the outcome of: worth another try."""
     return (False, message, "", True, False)
 
@@ -76,6 +76,11 @@ class _Child:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def release(self) -> None:
+        """Close our ends of the socket."""
+        self.conn.close()
+        self.sock.close()
 
 
 class PutProcess:
@@ -125,7 +130,7 @@ class PutProcess:
             self._raise(outcome, started)
         self._breaker.succeeded()
 
-    def _raise(self, outcome: tuple[bool, str, str, bool, bool], started: float) -> None:
+    def _raise(self, outcome: Failure, started: float) -> None:
         unavailable, message, code, transient, breaker_open = outcome
         if not transient:
             self._breaker.succeeded()  # S3 answered: it is up
@@ -182,8 +187,7 @@ class PutProcess:
         child.stop()
         child.proc.kill()
         code = child.proc.wait()
-        child.conn.close()
-        child.sock.close()
+        child.release()
         raise PutterFailed(f"the S3 upload process {child.proc.pid} did not start ({reason}; exit code {code})")
 
     def _spawn(self) -> tuple[subprocess.Popen, socket.socket]:
@@ -219,8 +223,7 @@ class PutProcess:
             if self._child is child:
                 self._child = None
             waiting, child.waiting = child.waiting, {}
-        child.conn.close()
-        child.sock.close()
+        child.release()  # a child still running sees the end of its input, and exits
         code = child.proc.wait()
         if waiting:
             log.warning("the S3 upload process %d exited (code %s) with %d PUTs in flight; "
