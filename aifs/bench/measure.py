@@ -37,27 +37,36 @@ class Stopwatch:
 
 
 class MachineCpu(Stopwatch):
-    """Also the CPU-seconds the whole machine spent in the with-block (every process and the
-    kernel, from /proc/stat), in `cpu_s`: where a client and its server share the cores, no
-    run can take less wall time than this over the core count."""
+    """Also the CPU-seconds spent in the with-block on the cores this thread may run on (by
+    every process and the kernel, from /proc/stat), in `cpu_s`, and the least wall time
+    they allow on those cores, in `floor_s`: where a client and its server share the cores,
+    no run can be faster. A server kept on a core of its own (--s3-own-core) is left out,
+    as if it ran on another machine."""
 
     cpu_s: float = 0.0
+    floor_s: float = 0.0
 
     def start(self) -> None:
-        self._busy = _busy_ticks()
+        self._cores = os.sched_getaffinity(0)
+        self._busy = _busy_ticks(self._cores)
         super().start()
 
     def stop(self) -> None:
         super().stop()
-        self.cpu_s = (_busy_ticks() - self._busy) / os.sysconf("SC_CLK_TCK")
+        self.cpu_s = (_busy_ticks(self._cores) - self._busy) / os.sysconf("SC_CLK_TCK")
+        self.floor_s = self.cpu_s / len(self._cores)
 
 
-def _busy_ticks() -> int:
-    """Clock ticks all cores spent on anything but idling or waiting for the disk."""
+def _busy_ticks(cores: set[int]) -> int:
+    """Clock ticks `cores` spent on anything but idling or waiting for the disk."""
+    busy = 0
     with open("/proc/stat") as f:
-        ticks = [int(field) for field in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = ticks[:7]  # then steal: not ours
-    return user + nice + system + irq + softirq
+        for line in f:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+                user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])  # then steal: not ours
+                busy += user + nice + system + irq + softirq
+    return busy
 
 
 def per_second(count: float, ns: int) -> float:
