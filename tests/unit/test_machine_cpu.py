@@ -14,7 +14,7 @@ SPIN = f"import time\nend = time.perf_counter() + {SPIN_S}\nwhile time.perf_coun
 
 
 def spin_on(core: int) -> subprocess.Popen:
-    """A process that keeps one core busy for SPIN_S (after its start-up, on any core)."""
+    """A process that keeps `core` busy for SPIN_S (its start-up runs on this thread's cores)."""
     proc = subprocess.Popen([sys.executable, "-c", SPIN])
     os.sched_setaffinity(proc.pid, {core})
     return proc
