@@ -5,6 +5,10 @@ survives a restart along with the index rebuilt from the segment headers.
 Bytes are verified on the way in (a put whose bytes do not match its checksum
 is refused) and on the way out (a rotten record is dropped, never served).
 When the budget is reached, the least recently used unpinned block goes first.
+
+Past a damaged record header, a record is kept only when its bytes match the
+checksum it carries; the damaged bytes are neutralised and their blocks dropped:
+the store is a cache.
 """
 
 import logging
@@ -16,7 +20,7 @@ from pathlib import Path
 
 from aifs.flash.pins import PinJournal
 from aifs.tiers.checksum import Buffer, checksum
-from aifs.tiers.segments import SEGMENT_BYTES, Location, SegmentLog
+from aifs.tiers.segments import SEGMENT_BYTES, Found, Location, SegmentLog
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +62,28 @@ class BlockStore:
         self._lock = threading.Lock()
         for block_id, location, _ in self._log.rebuild():  # the server never stages
             self._add(block_id, location)
+        if self._log.damaged:
+            self._settle_damage()
         self._pins = PinJournal(root / "pins")
         for block_id in self._pins.load(set(self._index)):
             del self._lru[block_id]
             self._pinned.add(block_id)
         with self._lock:
             self._make_room(0)  # the budget may have shrunk since the last run
+
+    def _settle_damage(self) -> None:
+        """Keep the records past damaged headers that verify; neutralise the rest (logged)."""
+        salvage = self._log.settle(self._verifies, {}, {}, self._index)
+        for found in salvage.records:
+            self._add(found.block_id, found.location)
+        for region in salvage.regions:
+            done = self._log.neutralise(region)
+            log.warning("damaged segment bytes %s: the blocks in them are dropped (%s)", region.describe(), done)
+
+    def _verifies(self, found: Found) -> bool:
+        """Whether a record carries its own checksum and its bytes match it."""
+        raw = self._log.read(found.location)
+        return len(raw) >= SUM.size and SUM.unpack_from(raw)[0] == checksum(memoryview(raw)[SUM.size:])
 
     def _add(self, block_id: int, location: Location) -> None:
         if block_id in self._index:  # a duplicate left by a crash: keep the newer record

@@ -13,6 +13,7 @@ import msgpack
 
 from aifs.fsck import repair
 from aifs.fsck.context import Context
+from aifs.fsck.damage import check_damage
 from aifs.fsck.report import Finding, show_key
 from aifs.fsck.tiers import HeldBlocks
 from aifs.meta import keys
@@ -25,6 +26,7 @@ USAGE_KEY = keys.counter(b"usage")
 
 
 def check_blocks(ctx: Context) -> Iterator[Finding]:
+    yield from check_damage(ctx)  # first: what it finds on NVMe counts as held below
     sweep = _BlockSweep(ctx)
     yield from sweep.block_maps()
     yield from sweep.lost_data()
@@ -124,7 +126,8 @@ class _BlockSweep:
 
     def _lost(self, path: str, ino: int, index: int, ref: BlockRef, corrupt: bool) -> Finding:
         start = index * self.meta.block_size
-        why = "every copy fails its checksum" if corrupt else "its object is in no tier (nvme, objstore)"
+        tiers = ", ".join(tier.name for tier in self.ctx.tiers)
+        why = "every copy fails its checksum" if corrupt else f"its object is in no tier ({tiers})"
         return Finding(
             "corrupt-block" if corrupt else "missing-block",
             f"{path} bytes [{start}, {start + ref.length}) (inode {ino}, block {index}, "

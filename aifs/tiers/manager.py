@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 INLINE_BYTES = 256 << 10
 STAGING_POLL_S = 0.05
+WAIT_REPORT_S = 10.0  # at most one "writers wait" line this often, however many writers wait
 RESERVED_FOR_DEMAND = 0.25  # of each back end's slots: background work never takes these
 T = TypeVar("T")
 Span = tuple[int, int] | None  # (offset, length) of a ranged read; None: the whole object
@@ -115,6 +116,8 @@ class TierManager:
         self._upload_buffers = threading.local()  # one reused buffer per cold-tier thread
         self._flights: dict[Hashable, _Flight] = {}  # by block id, or (block id, start, end) for ranges
         self.last_stage = float("-inf")
+        self._waits = 0  # writers that waited for room since the last report
+        self._waits_reported = float("-inf")
 
     @property
     def tiers(self) -> tuple[Tier | RemoteUsage, ...]:
@@ -321,7 +324,7 @@ class TierManager:
         parts = data if isinstance(data, list) else [data]
         self.last_stage = trio.current_time()
         deadline = self.last_stage + self.dirty_wait
-        warned = False
+        waited = False
         while True:
             try:
                 staged = await self._io(sum(map(len, parts)), self._stage_dirty, block_id, parts)
@@ -329,15 +332,24 @@ class TierManager:
             except StagingFull as e:
                 if trio.current_time() >= deadline:
                     raise FsError(errno.ENOSPC, f"{e}; uploads freed no room within {self.dirty_wait:.0f} s")
-                if not warned:
-                    log.warning("writer waits for uploads to drain: %s", e)
-                    warned = True
+                if not waited:
+                    self._writer_waits(e)
+                    waited = True
                 await trio.sleep(STAGING_POLL_S)
         if cache:
             self.ram.put(block_id, parts[0] if len(parts) == 1 else b"".join(parts))
         if self.only_copy:
             self._offer_staged(block_id)
         return staged
+
+    def _writer_waits(self, why: StagingFull) -> None:
+        """Count a writer that waits for room; one line every WAIT_REPORT_S tells how many did."""
+        self._waits += 1
+        now = trio.current_time()
+        if now - self._waits_reported >= WAIT_REPORT_S:
+            log.warning("writers waited %d time(s) for uploads to drain room in staging (reported at most "
+                        "every %.0f s): %s", self._waits, WAIT_REPORT_S, why)
+            self._waits, self._waits_reported = 0, now
 
     def _stage_dirty(self, block_id: int, parts: list[Buffer]) -> tuple[int, bytes]:
         self.nvme.put(block_id, parts, True)

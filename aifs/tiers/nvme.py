@@ -3,19 +3,30 @@
 A dirty block (not yet in the cold tier) is never evicted, nor is a pinned one:
 only blocks in the clean LRU are eviction candidates. The index of what is
 held is rebuilt from the segments at start; which blocks are dirty is told by
-the metadata's pending-upload queue.
+the metadata's pending-upload queue, which also settles damaged segments: a
+record past a damaged header is trusted, or a damaged one recovered, only when
+its bytes match the checksum of a block waiting for upload (aifs.tiers.salvage).
+
+The configured capacity is a budget, not a promise of the disk: the tier never
+counts on more room than what it holds plus what its file system has free, and
+a full disk (ENOSPC) makes it evict clean blocks and try again.
 """
 
+import errno
 import logging
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
 
-from aifs.tiers.checksum import Buffer
-from aifs.tiers.segments import Location, SegmentLog
+from aifs.tiers.checksum import Buffer, checksum
+from aifs.tiers.segments import DamagedRegion, Found, Location, Salvage, SegmentLog
 
 log = logging.getLogger(__name__)
+
+FULL_DISK_TRIES = 3  # appends of one block that may meet a full disk before it counts as no room
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class StagingFull(Exception):
@@ -25,11 +36,13 @@ class StagingFull(Exception):
 class NvmeTier:
     name = "nvme"
 
-    def __init__(self, root: Path, capacity: int, max_dirty: int | None = None) -> None:
+    def __init__(self, root: Path, capacity: int, max_dirty: int | None = None, read_only: bool = False) -> None:
+        """`read_only` (fsck without --repair) changes nothing on disk: see SegmentLog."""
         self.root = root
-        self.capacity = capacity
-        self.max_dirty = capacity if max_dirty is None else min(max_dirty, capacity)
-        self._log = SegmentLog(root, bypass_cache=True)
+        self.configured_capacity = self.capacity = capacity
+        self._max_dirty = capacity if max_dirty is None else max_dirty
+        self.max_dirty = min(self._max_dirty, capacity)
+        self._log = SegmentLog(root, bypass_cache=True, read_only=read_only)
         self._index: dict[int, Location] = {}
         self._clean: OrderedDict[int, None] = OrderedDict()
         self._dirty: set[int] = set()
@@ -43,6 +56,8 @@ class NvmeTier:
             self._remember(block_id, location)
             if staged:
                 self._unconfirmed.add(block_id)
+        if not read_only:
+            self._fit_to_disk()
 
     def _remember(self, block_id: int, location: Location) -> None:
         old = self._index.pop(block_id, None)
@@ -98,10 +113,24 @@ class NvmeTier:
         """
         parts = data if isinstance(data, list) else [data]
         size = sum(map(len, parts))
-        with self._lock:
-            if block_id in self._index or block_id in self._landing or not self._reserve(size, dirty):
+        for _ in range(FULL_DISK_TRIES):
+            with self._lock:
+                if block_id in self._index or block_id in self._landing or not self._reserve(size, dirty):
+                    return
+                self._landing[block_id] = True
+            try:
+                self._land(block_id, parts, size, dirty)
                 return
-            self._landing[block_id] = True
+            except OSError as e:
+                if e.errno not in _DISK_FULL:
+                    raise
+                self._fit_to_disk(e)
+        if dirty:
+            raise StagingFull(f"the file system of {self.root} has no room for a block of {size} bytes, "
+                              "even after evicting clean blocks")
+
+    def _land(self, block_id: int, parts: list[Buffer], size: int, dirty: bool) -> None:
+        """Append a block whose room is reserved, and index it unless it was deleted meanwhile."""
         location = None
         try:
             location = self._log.append(block_id, parts, staged=dirty)
@@ -121,8 +150,9 @@ class NvmeTier:
         """Count `size` bytes (dirty ones too) as used before they are written; False when a
         clean block finds no room. The caller holds the lock."""
         if dirty and self._dirty_bytes + size > self.max_dirty:
+            limit = "writeback.max_dirty" if self.max_dirty == self._max_dirty else "what its disk has room for"
             raise StagingFull(f"NVMe staging holds {self._dirty_bytes} dirty bytes, "
-                              f"the most allowed is {self.max_dirty} (writeback.max_dirty)")
+                              f"the most allowed is {self.max_dirty} ({limit})")
         if not self._make_room(size):
             if dirty:
                 raise StagingFull(f"NVMe staging holds {self._used} of {self.capacity} bytes, all dirty")
@@ -130,6 +160,27 @@ class NvmeTier:
         self._used += size
         self._dirty_bytes += size if dirty else 0
         return True
+
+    def _fit_to_disk(self, error: OSError | None = None) -> None:
+        """Set the capacity to what the file system really has room for (what the tier holds
+        plus what is free), never above the configured one: at open, when that is less, and
+        whenever an append met a full disk (`error`)."""
+        disk = os.statvfs(self.root)
+        free = disk.f_bavail * disk.f_frsize
+        with self._lock:
+            room = min(self.configured_capacity, self._used + free)
+            if room == self.capacity or (error is None and room > self.capacity):
+                return
+            if error is None:
+                log.warning("NVMe tier %s: capacity is %d bytes in the config, but its file system has room "
+                            "for only %d (%d held, %d free); using %d", self.root, self.configured_capacity,
+                            room, self._used, free, room)
+            else:
+                log.warning("NVMe tier %s: the disk is full (%s); capacity now %d bytes, was %d (%d held, "
+                            "%d free): clean blocks are evicted to make room", self.root,
+                            error.strerror or error, room, self.capacity, self._used, free)
+            self.capacity = room
+            self.max_dirty = min(self._max_dirty, room)
 
     def _make_room(self, size: int) -> bool:
         if self._used + size <= self.capacity:
@@ -161,18 +212,77 @@ class NvmeTier:
         self._dirty.discard(block_id)
         self._dirty_bytes -= self._index[block_id].length
 
-    def recover(self, pending: Iterable[int]) -> list[int]:
-        """After a start: blocks with a pending upload are dirty; a record still staged without
-        one was written for a commit that never happened (the daemon died between the two),
-        so nothing refers to it and it is dropped. Returns the ids dropped."""
-        pending = set(pending)
+    def recover(self, pending: Mapping[int, int]) -> list[int]:
+        """After a start, with the pending uploads (block id -> checksum): damaged segments are
+        settled (see _mend), blocks with a pending upload are dirty; a record still staged
+        without one was written for a commit that never happened (the daemon died between
+        the two), so nothing refers to it and it is dropped. Returns the ids dropped."""
+        if self._log.damaged:
+            self._mend(pending)
         for block_id in pending:
             self.mark_dirty(block_id)
-        dropped = sorted(self._unconfirmed - pending)
+        dropped = sorted(self._unconfirmed - pending.keys())
         for block_id in dropped:
             self.delete(block_id)
         self._unconfirmed.clear()
         return dropped
+
+    @property
+    def damaged(self) -> bool:
+        """Whether damaged segment records wait for salvage()."""
+        return self._log.damaged
+
+    def salvage(self, wanted: Mapping[int, int], lengths: Mapping[int, int] | None = None) -> Salvage:
+        """Settle damaged segments against the blocks the metadata still needs from this tier
+        (`wanted`: id -> checksum; `lengths` by id where known): the records trusted or
+        recovered are indexed (never in place of a copy held), and returned with the damaged
+        regions left, for the caller to rewrite headers and neutralise regions."""
+        with self._lock:
+            salvage = self._log.settle(lambda found: self._matches(found, wanted), wanted, lengths or {},
+                                       self._index)
+            for found in salvage.records + salvage.recovered:
+                self._remember(found.block_id, found.location)
+                if found.staged:
+                    self._unconfirmed.add(found.block_id)
+        return salvage
+
+    def _matches(self, found: Found, wanted: Mapping[int, int]) -> bool:
+        expected = wanted.get(found.block_id)
+        return expected is not None and checksum(self._log.read(found.location)) == expected
+
+    def rewrite_header(self, found: Found) -> None:
+        self._log.rewrite_header(found)
+
+    def segment_path(self, number: int) -> Path:
+        return self._log.segment_path(number)
+
+    def neutralise(self, region: DamagedRegion) -> str:
+        return self._log.neutralise(region)
+
+    def _mend(self, pending: Mapping[int, int]) -> None:
+        """At mount: recovered records get their headers back; a damaged region is neutralised
+        unless its header names a pending block that is still missing, which is lost here
+        and left in place for fsck to name by file."""
+        salvage = self.salvage(pending)
+        for found in salvage.recovered:
+            self._log.rewrite_header(found)
+            log.warning("NVMe tier: recovered block %016x, waiting for upload, whose record header in %s "
+                        "at offset %d was damaged (its bytes match its checksum)", found.block_id,
+                        self.segment_path(found.location.segment), found.location.header_offset)
+        missing = {block_id for block_id in pending if block_id not in self._index}
+        for region in salvage.regions:
+            if region.says_block in missing:
+                missing.discard(region.says_block)
+                log.error("NVMe tier %s: block %016x, waiting for upload, is lost: its record in %s is damaged "
+                          "and its bytes do not match its checksum; left in place (aifs fsck names the file)",
+                          self.root, region.says_block, region.describe())
+            else:
+                done = self._log.neutralise(region)
+                log.warning("NVMe tier %s: damaged bytes %s held no block waiting for upload: %s",
+                            self.root, region.describe(), done)
+        for block_id in sorted(missing):
+            log.error("NVMe tier %s: block %016x, waiting for upload, is in no record left after damage "
+                      "to its segments; it is lost (aifs fsck names the file)", self.root, block_id)
 
     def pin(self, block_ids: list[int]) -> None:
         """Never evict these blocks once they are here (also those stored later)."""

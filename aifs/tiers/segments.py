@@ -5,28 +5,32 @@ an open file costs a few. So the NVMe tier appends each block as a record
 (header + bytes) to the active segment. A deleted record is marked dead in its
 header and its bytes are punched out of the file (the space returns to the disk
 at once); a segment whose records are all dead is unlinked. The records are
-self-describing, so the index is rebuilt by reading the headers at start.
+self-describing, so the index is rebuilt by reading the headers at start
+(aifs.tiers.records). A damaged header does not end its segment: the records
+after it are settled by the log's owner, who knows which blocks it still needs
+(aifs.tiers.salvage).
 """
 
 import ctypes
 import errno
 import logging
 import os
-import struct
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Container, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 
 from aifs.tiers.checksum import Buffer
 from aifs.tiers.direct import DIRECT_MIN, AlignedScratch, DirectAppender, round_down, round_up
 from aifs.tiers.files import libc, start_writeback, sync_dir
+from aifs.tiers.records import (
+    DEAD, HEADER, LIVE, OLD_HEADER, STAGED, STATE_OFFSET, Header, Location, all_zeros, find_headers,
+    pack_header, parse_header,
+)
+from aifs.tiers.salvage import DamagedRegion, Found, Salvage, SegmentDamage, Settler, Trusted
 
-HEADER = struct.Struct("<4sB3xQQ")
-MAGIC = b"AIFB"
-LIVE, DEAD, STAGED = 1, 0, 2  # STAGED: written for a commit that may not have happened yet
-STATE_OFFSET = 4
+__all__ = ["HEADER", "DamagedRegion", "Found", "Location", "Salvage", "SegmentLog"]
+
 SEGMENT_BYTES = 256 << 20
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
@@ -34,26 +38,14 @@ log = logging.getLogger(__name__)
 libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Where a block's bytes sit: segment number, offset of the bytes, their length."""
-
-    segment: int
-    offset: int
-    length: int
-
-    @property
-    def header_offset(self) -> int:
-        return self.offset - HEADER.size
-
-
 class _Segment:
-    def __init__(self, path: Path, number: int) -> None:
+    def __init__(self, path: Path, number: int, read_only: bool = False) -> None:
         self.path = path
         self.number = number
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o600)
         self.size = os.fstat(self.fd).st_size
         self.live = 0
+        self.damaged = 0  # damaged regions left in it (1 while unsettled): it is kept while any are
         self.direct: DirectAppender | None = None
 
     def touched(self, offset: int) -> None:
@@ -106,11 +98,16 @@ class SegmentLog:
 
     With `bypass_cache`, records of DIRECT_MIN bytes or more are appended with O_DIRECT
     (aifs.tiers.direct): for a log whose large records are seldom read back soon and
-    whose CPU is shared with more urgent work (a node's write-back staging)."""
+    whose CPU is shared with more urgent work (a node's write-back staging).
 
-    def __init__(self, root: Path, segment_bytes: int = SEGMENT_BYTES, bypass_cache: bool = False) -> None:
+    A `read_only` log changes nothing on disk (fsck without --repair): no folder is
+    made, no torn tail cut, no empty segment unlinked, and appends are refused."""
+
+    def __init__(self, root: Path, segment_bytes: int = SEGMENT_BYTES, bypass_cache: bool = False,
+                 read_only: bool = False) -> None:
         self.root = root
         self.segment_bytes = segment_bytes
+        self.read_only = read_only
         self._segments: dict[int, _Segment] = {}
         self._lock = threading.Lock()
         self._active: _Segment | None = None
@@ -118,42 +115,135 @@ class SegmentLog:
         self._direct = bypass_cache  # until the file system refuses O_DIRECT
         self._scratch = AlignedScratch()  # used under the lock only
         self._read_scratch = threading.local()  # one AlignedScratch per reading thread
-        root.mkdir(parents=True, exist_ok=True)
+        self._damage: list[SegmentDamage] = []  # left by rebuild() for settle()
+        if not read_only:
+            root.mkdir(parents=True, exist_ok=True)
 
-    def _path(self, number: int) -> Path:
+    def segment_path(self, number: int) -> Path:
         return self.root / f"seg-{number:08d}.log"
 
     def rebuild(self) -> Iterator[tuple[int, Location, bool]]:
-        """Open every segment and yield (block id, location, still staged) of each live record."""
+        """Open every segment and yield (block id, location, still staged) of each live record
+        up to the first damaged header of its segment; the rest waits for settle()."""
         for path in sorted(self.root.glob("seg-*.log")):
-            segment = _Segment(path, int(path.stem[4:]))
+            segment = _Segment(path, int(path.stem[4:]), self.read_only)
             self._segments[segment.number] = segment
             yield from self._scan(segment)
-            if segment.live == 0:
-                self._drop(segment)
+            self._drop_if_unused(segment)
+
+    @property
+    def damaged(self) -> bool:
+        """Whether rebuild() found damaged headers that settle() has not settled yet."""
+        return bool(self._damage)
 
     def _scan(self, segment: _Segment) -> Iterator[tuple[int, Location, bool]]:
         pos = 0
-        while pos + HEADER.size <= segment.size:
-            magic, state, block_id, length = HEADER.unpack(os.pread(segment.fd, HEADER.size, pos))
-            end = pos + HEADER.size + length
-            if magic != MAGIC or end > segment.size:
-                break
-            if state in (LIVE, STAGED):
+        while pos < segment.size:
+            header = parse_header(os.pread(segment.fd, HEADER.size, pos))
+            if header is None or pos + header.size + header.length > segment.size:
+                self._broken(segment, pos, header)
+                return
+            if header.state != DEAD:
                 segment.live += 1
-                yield block_id, Location(segment.number, pos + HEADER.size, length), state == STAGED
-            pos = end
-        if pos < segment.size:  # a record torn by a crash, or the zeros after a direct append, end it
+                location = Location(segment.number, pos + header.size, header.length, header.size)
+                yield header.block_id, location, header.state == STAGED
+            pos += header.size + header.length
+
+    def _broken(self, segment: _Segment, pos: int, header: Header | None) -> None:
+        """The walk through a segment stopped short of its end. A record torn by a crash, or
+        the zeros after a direct append, end it and are cut off; anything else is damage."""
+        if header is not None:
+            log.warning("%s: the record of block %016x at offset %d is torn: %d of its %d bytes "
+                        "are there%s", segment.path, header.block_id, pos, segment.size - pos - header.size,
+                        header.length, "" if self.read_only else "; cut it off")
+            self._cut(segment, pos)
+        elif all_zeros(segment.fd, pos, segment.size):
+            self._cut(segment, pos)
+        else:
+            log.warning("%s: the record header at offset %d is damaged; the records after it are "
+                        "settled against what the owner knows of its blocks", segment.path, pos)
+            segment.damaged = 1
+            headers = find_headers(segment.fd, pos + 1, segment.size)
+            self._damage.append(SegmentDamage(segment.path, segment.number, segment.size, pos, headers))
+
+    def _cut(self, segment: _Segment, pos: int) -> None:
+        if not self.read_only:
             os.ftruncate(segment.fd, pos)
             segment.size = pos
+
+    def settle(self, trusted: Trusted, wanted: Mapping[int, int], lengths: Mapping[int, int],
+               held: Container[int]) -> Salvage:
+        """Settle what rebuild() left past damaged headers (aifs.tiers.salvage): records
+        `trusted` verifies, records of `wanted` blocks (id -> checksum; `lengths` by id where
+        known) behind damaged headers, and the damaged regions between them. Blocks in
+        `held` already have a copy and are never taken again. Only counts are changed:
+        the caller indexes the records, rewrites the recovered headers (rewrite_header) and
+        neutralises the regions it can spare (neutralise); a segment is kept while it has
+        regions left."""
+        settler = Settler(trusted, wanted, lengths, held)
+        salvage = Salvage()
+        for damage in self._damage:
+            segment = self._segments[damage.segment]
+            found = settler.walk(damage, partial(os.pread, segment.fd))
+            self._cut_zero_tail(segment, found)
+            segment.live += len(found.records) + len(found.recovered)
+            segment.damaged = len(found.regions)
+            self._drop_if_unused(segment)
+            salvage.extend(found)
+        self._damage.clear()
+        return salvage
+
+    def _cut_zero_tail(self, segment: _Segment, found: Salvage) -> None:
+        """Zeros at the end of a segment are what a direct append leaves, not damage."""
+        tail = found.regions[-1] if found.regions else None
+        if tail is not None and tail.end == segment.size and all_zeros(segment.fd, tail.start, tail.end):
+            found.regions.pop()
+            self._cut(segment, tail.start)
+
+    def rewrite_header(self, found: Found) -> None:
+        """Give a recovered record a sound header again: live, for its block is committed."""
+        location = found.location
+        header = pack_header(found.block_id, location.length, LIVE, location.header)
+        with self._lock:
+            segment = self._segments[location.segment]
+            segment.touched(location.header_offset)
+            os.pwrite(segment.fd, header, location.header_offset)
+            os.fsync(segment.fd)
+
+    def neutralise(self, region: DamagedRegion) -> str:
+        """Make a damaged region harmless: cut off at the end of its segment, else turned into
+        one dead record whose bytes are punched out. Says what was done."""
+        with self._lock:
+            segment = self._segments[region.segment]
+            if region.end >= segment.size:
+                self._cut(segment, region.start)
+                done = "cut off"
+            else:
+                done = self._mark_dead(segment, region)
+            os.fsync(segment.fd)
+            segment.damaged -= 1
+            self._drop_if_unused(segment)
+        return done
+
+    def _mark_dead(self, segment: _Segment, region: DamagedRegion) -> str:
+        span = region.end - region.start
+        size = HEADER.size if span >= HEADER.size else OLD_HEADER.size
+        if span < size:
+            return f"left as it is: {span} bytes are too few for a header"
+        segment.touched(region.start)
+        os.pwrite(segment.fd, pack_header(0, span - size, DEAD, size), region.start)
+        _punch(segment.fd, region.start + size, region.end)
+        return "marked dead"
 
     def append(self, block_id: int, data: Buffer | list[Buffer], staged: bool = False) -> Location:
         """Append a record of `data` (or of parts, written with one gathering write); a
         `staged` one stays marked so until set_live()."""
+        if self.read_only:
+            raise OSError(errno.EROFS, f"{self.root}: the segment log is open read-only")
         parts = data if isinstance(data, list) else [data]
         length = sum(map(len, parts))
         record = HEADER.size + length
-        header = HEADER.pack(MAGIC, STAGED if staged else LIVE, block_id, length)
+        header = pack_header(block_id, length, STAGED if staged else LIVE)
         with self._lock:
             segment = self._writable(record)
             offset = segment.size
@@ -207,7 +297,7 @@ class SegmentLog:
         active = self._active
         if active is None or (active.size and active.size + record > self.segment_bytes):
             number = max(self._segments, default=0) + 1
-            active = self._active = self._segments[number] = _Segment(self._path(number), number)
+            active = self._active = self._segments[number] = _Segment(self.segment_path(number), number)
             self._unsynced_names = True
         return active
 
@@ -293,8 +383,13 @@ class SegmentLog:
             segment = self._set_state(location, DEAD)
             _punch(segment.fd, location.offset, location.offset + location.length)
             segment.live -= 1
-            if segment.live == 0 and segment is not self._active:
-                self._drop(segment)
+            self._drop_if_unused(segment)
+
+    def _drop_if_unused(self, segment: _Segment) -> None:
+        """Unlink a segment with nothing left in it: no live record, no damaged region."""
+        if (segment.live == 0 and not segment.damaged and segment is not self._active
+                and not self.read_only):
+            self._drop(segment)
 
     def _drop(self, segment: _Segment) -> None:
         segment.close()

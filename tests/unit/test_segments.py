@@ -1,5 +1,6 @@
 """NVMe segments: large records bypass the page cache (O_DIRECT) and share pages with
-their buffered neighbours, in the one format a rebuild reads."""
+their buffered neighbours, in the one format a rebuild reads; a damaged header costs no
+record that can be verified or recovered, and a read-only log changes nothing."""
 
 import errno
 import logging
@@ -8,9 +9,10 @@ import random
 
 import pytest
 
-from aifs.tiers import segments
+from aifs.tiers import records, segments
+from aifs.tiers.checksum import checksum
 from aifs.tiers.direct import DIRECT_MIN, PAGE, AlignedScratch, DirectAppender
-from aifs.tiers.segments import HEADER, SegmentLog
+from aifs.tiers.segments import HEADER, Location, SegmentLog
 
 # buffered and direct records in turn, ending anywhere in a page
 SIZES = [100, DIRECT_MIN, 5000, DIRECT_MIN + 123, PAGE - HEADER.size, 3 * DIRECT_MIN + 7, 1, DIRECT_MIN]
@@ -137,3 +139,236 @@ def test_a_segment_cut_short_under_a_large_record_is_an_io_error(tmp_path, caplo
     assert buf == payload(1, DIRECT_MIN) and log.read_cached(first) is None, "O_DIRECT was turned off"
     assert not [r for r in caplog.records if "refuses O_DIRECT" in r.message]
     log.close()
+
+
+# -- damaged records ---------------------------------------------------------------------------
+# A flipped header byte must not cost the records after it: the scan stops there, and settle()
+# walks on, trusting what verifies, recovering what the owner still needs.
+
+BLOCK = 3000
+
+
+def open_log(root, read_only=False) -> tuple[SegmentLog, dict]:
+    log = SegmentLog(root, read_only=read_only)
+    return log, {block_id: location for block_id, location, _ in log.rebuild()}
+
+
+def flip(path, offset: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def sums(*block_ids: int, size: int = BLOCK) -> dict[int, int]:
+    return {b: checksum(payload(b, size)) for b in block_ids}
+
+
+def verifier(log: SegmentLog, known: dict[int, int]):
+    """What an owner does with a record found past damage: its bytes against the checksum it knows."""
+    return lambda found: known.get(found.block_id) == checksum(log.read(found.location))
+
+
+def write_blocks(root, *block_ids: int, size: int = BLOCK) -> tuple[dict, object]:
+    log = SegmentLog(root)
+    where = {b: log.append(b, payload(b, size)) for b in block_ids}
+    log.close()
+    (segment,) = root.glob("seg-*.log")
+    return where, segment
+
+
+def test_a_flipped_byte_in_a_middle_header_costs_no_record(tmp_path):
+    where, segment = write_blocks(tmp_path, 1, 2, 3)
+    flip(segment, where[2].header_offset + 9)  # in the block id
+    log, found = open_log(tmp_path)
+    assert sorted(found) == [1] and log.damaged
+    wanted = sums(1, 2, 3)
+    salvage = log.settle(verifier(log, wanted), wanted, {}, found)
+    assert [f.block_id for f in salvage.recovered] == [2] and not salvage.regions
+    assert [f.block_id for f in salvage.records] == [3], "the record after the damage was lost"
+    log.rewrite_header(salvage.recovered[0])
+    log.close()
+    again, found = open_log(tmp_path)
+    assert sorted(found) == [1, 2, 3] and not again.damaged
+    assert all(again.read(found[b]) == payload(b, BLOCK) for b in (1, 2, 3))
+    again.close()
+
+
+def test_a_damaged_record_nobody_needs_becomes_a_dead_one(tmp_path):
+    """Block 2 is clean (the durable tier has it): its bytes are given up, block 3 verifies."""
+    where, segment = write_blocks(tmp_path, 1, 2, 3)
+    flip(segment, where[2].header_offset)  # the magic
+    log, found = open_log(tmp_path)
+    known = sums(3)
+    salvage = log.settle(verifier(log, known), {}, {}, found)
+    assert [f.block_id for f in salvage.records] == [3] and not salvage.recovered
+    (region,) = salvage.regions
+    assert (region.start, region.end) == (where[2].header_offset, where[3].header_offset)
+    assert region.says is None or region.says == (2, BLOCK)
+    assert log.neutralise(region) == "marked dead"
+    log.close()
+    again, found = open_log(tmp_path)
+    assert sorted(found) == [1, 3] and not again.damaged
+    assert again.read(found[3]) == payload(3, BLOCK)
+    again.close()
+
+
+def test_a_flipped_byte_in_the_last_header(tmp_path):
+    where, segment = write_blocks(tmp_path, 1, 2, 3)
+    flip(segment, where[3].header_offset + 20)  # in the length
+    log, found = open_log(tmp_path)
+    assert sorted(found) == [1, 2] and log.damaged
+    wanted = sums(3)
+    salvage = log.settle(verifier(log, wanted), wanted, {}, found)
+    assert [(f.block_id, f.location) for f in salvage.recovered] == [(3, where[3])]
+    log.close()
+
+    flip(segment, where[3].header_offset + 4)  # the state byte too: an unknown state
+    log, found = open_log(tmp_path)
+    salvage = log.settle(verifier(log, {}), {}, {}, found)  # nobody needs block 3: cut off
+    (region,) = salvage.regions
+    assert region.end == segment.stat().st_size
+    assert log.neutralise(region) == "cut off"
+    assert segment.stat().st_size == where[3].header_offset
+    log.close()
+
+
+def forged(block_id: int, length: int) -> bytes:
+    """A sound header, as a user may write one into a file."""
+    return records.pack_header(block_id, length, records.LIVE)
+
+
+def test_a_forged_header_inside_a_file_is_harmless(tmp_path):
+    """A file's bytes hold a header naming block 1 whose record would swallow block 3's header.
+    While headers are sound it is never looked at; past a damaged one it verifies as nothing,
+    so it neither replaces block 1's copy nor hides block 3."""
+    log = SegmentLog(tmp_path)
+    log.append(1, payload(1, BLOCK))
+    lure = payload(2, 100) + forged(1, 2 * BLOCK) + payload(2, BLOCK)
+    second = log.append(2, lure)
+    third = log.append(3, payload(3, BLOCK))
+    log.close()
+    (segment,) = tmp_path.glob("seg-*.log")
+
+    log, found = open_log(tmp_path)
+    assert sorted(found) == [1, 2, 3] and not log.damaged
+    log.close()
+
+    flip(segment, second.header_offset + 9)
+    log, found = open_log(tmp_path)
+    known = sums(1, 3)
+    salvage = log.settle(verifier(log, known), {3: known[3]}, {}, found)
+    assert [f.block_id for f in salvage.records] == [3] and not salvage.recovered
+    (region,) = salvage.regions
+    assert (region.start, region.end) == (second.header_offset, third.header_offset)
+    log.neutralise(region)
+    log.close()
+    again, found = open_log(tmp_path)
+    assert sorted(found) == [1, 3]
+    assert again.read(found[1]) == payload(1, BLOCK) and again.read(found[3]) == payload(3, BLOCK)
+    again.close()
+
+
+def test_a_forged_header_is_not_taken_for_a_wanted_block_it_names(tmp_path):
+    """The lure names block 3, which the owner needs: its bytes do not match block 3's
+    checksum, so the real record after it is the one found."""
+    log = SegmentLog(tmp_path)
+    first = log.append(1, b"x" * 50 + forged(3, BLOCK) + payload(9, BLOCK))
+    log.append(3, payload(3, BLOCK))
+    log.close()
+    (segment,) = tmp_path.glob("seg-*.log")
+    flip(segment, first.header_offset + 1)
+    log, found = open_log(tmp_path)
+    wanted = sums(3)
+    salvage = log.settle(verifier(log, wanted), wanted, {}, found)
+    (record,) = salvage.records
+    assert record.block_id == 3 and log.read(record.location) == payload(3, BLOCK)
+    log.close()
+
+
+def test_a_torn_tail_is_cut_off_but_not_when_read_only(tmp_path):
+    where, segment = write_blocks(tmp_path, 1, 2)
+    os.truncate(segment, where[2].offset + BLOCK // 2)
+    log, found = open_log(tmp_path, read_only=True)
+    assert sorted(found) == [1] and not log.damaged
+    log.close()
+    assert segment.stat().st_size == where[2].offset + BLOCK // 2, "a read-only scan cut the file"
+    log, found = open_log(tmp_path)
+    assert sorted(found) == [1] and not log.damaged
+    assert segment.stat().st_size == where[2].header_offset
+    log.close()
+
+
+def test_zeros_after_a_direct_append_are_no_damage(tmp_path):
+    if not takes_o_direct(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT")
+    log = SegmentLog(tmp_path, bypass_cache=True)
+    large = log.append(1, payload(1, DIRECT_MIN + 5))
+    log.close()
+    (segment,) = tmp_path.glob("seg-*.log")
+    assert segment.stat().st_size % PAGE == 0 and segment.stat().st_size > large.end
+    log, found = open_log(tmp_path, read_only=True)
+    assert list(found) == [1] and not log.damaged
+    log.close()
+    assert segment.stat().st_size % PAGE == 0
+    log, found = open_log(tmp_path)
+    assert list(found) == [1] and not log.damaged and segment.stat().st_size == large.end
+    log.close()
+
+
+def set_byte(path, offset: int, value: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] = value
+    path.write_bytes(bytes(raw))
+
+
+def test_a_read_only_log_changes_nothing(tmp_path):
+    log, found = open_log(tmp_path / "absent", read_only=True)
+    assert found == {} and not (tmp_path / "absent").exists()
+    with pytest.raises(OSError) as refused:
+        log.append(1, b"data")
+    assert refused.value.errno == errno.EROFS
+    log.close()
+    where, segment = write_blocks(tmp_path, 1)
+    set_byte(segment, where[1].header_offset + records.STATE_OFFSET, records.DEAD)
+    log, found = open_log(tmp_path, read_only=True)
+    assert found == {} and segment.exists(), "a read-only scan unlinked a segment with nothing live"
+    log.close()
+    log, found = open_log(tmp_path)
+    assert found == {} and not segment.exists()
+    log.close()
+
+
+def old_segment(root, blocks: dict[int, bytes]) -> dict[int, Location]:
+    """A segment as written before headers had a checksum."""
+    raw, where = bytearray(), {}
+    for block_id, data in blocks.items():
+        raw += records.OLD_HEADER.pack(records.OLD_MAGIC, records.LIVE, block_id, len(data))
+        where[block_id] = Location(1, len(raw), len(data), records.OLD_HEADER.size)
+        raw += data
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "seg-00000001.log").write_bytes(bytes(raw))
+    return where
+
+
+def test_old_segments_are_still_read_and_mended(tmp_path):
+    where = old_segment(tmp_path, {b: payload(b, BLOCK) for b in (1, 2, 3)})
+    log, found = open_log(tmp_path)
+    assert found == where and all(log.read(found[b]) == payload(b, BLOCK) for b in (1, 2, 3))
+    log.kill(found[1])
+    new = log.append(4, payload(4, BLOCK))  # a new segment, in the new layout
+    log.close()
+    assert new.segment == 2 and new.header == HEADER.size
+
+    flip(tmp_path / "seg-00000001.log", where[2].header_offset + 1)  # old headers: no checksum, a magic
+    log, found = open_log(tmp_path)
+    assert sorted(found) == [4] and log.damaged
+    wanted = sums(2, 3)
+    salvage = log.settle(verifier(log, wanted), wanted, {}, found)
+    assert [(f.block_id, f.location) for f in salvage.recovered] == [(2, where[2])]
+    assert [f.block_id for f in salvage.records] == [3]
+    log.rewrite_header(salvage.recovered[0])
+    log.close()
+    again, found = open_log(tmp_path)
+    assert sorted(found) == [2, 3, 4] and not again.damaged
+    assert found[2] == where[2] and again.read(found[2]) == payload(2, BLOCK)
+    again.close()

@@ -223,10 +223,10 @@ def test_nvme_recovery_drops_blocks_staged_for_a_commit_that_never_happened(nvme
     nvme.mark_clean(3)                 # uploaded: confirmed on disk, then its pending key went
     nvme.put(4, block(4))              # a clean cached copy
     again = nvme_at()
-    assert again.recover([1]) == [2]
+    assert again.recover({1: checksum(block(1))}) == [2]
     assert held(again, range(1, 5)) == [1, 3, 4]
     assert again.is_dirty(1) and not again.is_dirty(3) and not again.is_dirty(4)
-    assert nvme_at().recover([1]) == [], "the leftover is gone for good"
+    assert nvme_at().recover({1: checksum(block(1))}) == [], "the leftover is gone for good"
 
 
 def test_nvme_rebuilds_index_on_reopen(nvme_at):
