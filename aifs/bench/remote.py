@@ -4,7 +4,8 @@ The registry's workloads run on any directory through plain `os` calls, so they 
 choose which tier holds a block. This mode can. In a scratch folder under BASE (the
 local disk that plays NVMe) it starts flash block servers on 127.0.0.1 and a cold
 tier (a loopback S3 endpoint, moto, unless one is given; or a local object store),
-mounts an aifs volume with ram, nvme, remote and cold tiers, writes one file, waits
+mounts an aifs volume with ram, nvme, remote and cold tiers (servers and mount sharing
+a fresh secret), writes one file, waits
 until the cold tier and the flash servers hold all of it, and then reads it through
 fresh mounts, each time with the blocks in exactly one tier below RAM:
 
@@ -45,6 +46,7 @@ from aifs.bench.scratch import (BLOCK, BUCKET, ScratchVolume, check_source, chil
                                 scratch_root, tier)
 from aifs.bench.workload import BenchError, Mode, Result, Results
 from aifs.cli.flash_cmd import SIZE
+from aifs.rdma.auth import Secret, write_secret_file
 from aifs.rdma.tcp import TcpTransport
 from aifs.rdma.transport import Address
 
@@ -62,20 +64,23 @@ OBJSTORE = tier("objstore")
 Progress = Callable[[str], None]
 
 
-def _flash_server(root: Path, capacity: int, transport: str) -> AbstractContextManager[str]:
+def _flash_server(root: Path, capacity: int, transport: str, secret_file: Path) -> AbstractContextManager[str]:
     port = free_port()
     argv = [sys.executable, "-m", "aifs", "flash", "serve", "--dir", str(root), "--capacity", str(capacity),
-            "--listen", f"127.0.0.1:{port}", "--transport", transport, "--log-level", "warning"]
+            "--listen", f"127.0.0.1:{port}", "--transport", transport, "--secret-file", str(secret_file),
+            "--log-level", "warning"]
     return child("flash server", argv, port, root.with_suffix(".log"))
 
 
 class _Volume(ScratchVolume):
     """The scratch volume with two configs: with the remote tier, and without it."""
 
-    def __init__(self, root: Path, size: int, block: int, servers: list[str], transport: str, cold: str) -> None:
+    def __init__(self, root: Path, size: int, block: int, servers: list[str], transport: str, cold: str,
+                 secret_file: Path) -> None:
         super().__init__(root, block)
         head = tier("ram", capacity=256 * MiB) + tier("nvme", capacity=2 * size + 64 * MiB)
-        remote = tier("remote", servers=servers, replicas=REPLICAS, transport=transport)
+        remote = tier("remote", servers=servers, replicas=REPLICAS, transport=transport,
+                      secret_file=str(secret_file))
         self.with_remote = self.config("with-remote", head, remote, cold)
         self.without_remote = self.config("without-remote", head, cold)
 
@@ -104,17 +109,19 @@ def _randread(path: Path, size: int, block: int) -> list[Result]:
     return [Result(percentile(latencies, p) / 1e3, "µs", label=f"randread-p{p}") for p in (50, 99)]
 
 
-def _wait_held(servers: list[str], copies: int) -> None:
+def _wait_held(servers: list[str], copies: int, secret: Secret) -> None:
     """Offers reach the servers in the background after the upload; wait for all of them."""
-    transport = TcpTransport(1, 5.0)
+    transport = TcpTransport(1, 5.0, secret=secret)
+    connections = [transport.connect(Address.parse(s)) for s in servers]
     deadline = time.monotonic() + HOLD_TIMEOUT_S
     try:
-        while sum(transport.connect(Address.parse(s)).stat(5.0).blocks for s in servers) < copies:
+        while sum(connection.stat(5.0).blocks for connection in connections) < copies:
             if time.monotonic() > deadline:
                 raise BenchError(f"the flash servers did not receive {copies} blocks in {HOLD_TIMEOUT_S:.0f} s")
             time.sleep(0.2)
     finally:
-        transport.close()
+        for connection in connections:
+            connection.close()
 
 
 # -- the mode --------------------------------------------------------------------------------
@@ -129,15 +136,17 @@ def run(base: str, scale: float, progress: Progress, s3_endpoint: str | None = N
         root = scratch_root(stack, base, "remote")
         capacity = 2 * size * REPLICAS // servers + 256 * MiB
         flash = [root / f"flash{i}" for i in range(servers)]
+        secret_file = root / "flash.secret"
+        write_secret_file(secret_file)
         cold_tier = s3_target(stack, root, s3_endpoint, bucket, s3_own_core).tier() if cold == "s3" else OBJSTORE
-        addresses = [stack.enter_context(_flash_server(path, capacity, transport)) for path in flash]
-        volume = _Volume(root, size, block, addresses, transport, cold_tier)
+        addresses = [stack.enter_context(_flash_server(path, capacity, transport, secret_file)) for path in flash]
+        volume = _Volume(root, size, block, addresses, transport, cold_tier, secret_file)
         progress(f"writing {size >> 20} MiB in {block >> 10} KiB blocks; flash servers at {', '.join(addresses)}")
         with volume.mounted(volume.with_remote) as mnt:
             write_synced(str(mnt / "data.bin"), size, memoryview(os.urandom(IO_SIZE)))
             write_synced(str(mnt / WARM_UP), WARM_UP_BLOCKS * block, memoryview(os.urandom(IO_SIZE)))
             volume.sync(mnt)
-            _wait_held(addresses, (size // block + WARM_UP_BLOCKS) * REPLICAS)
+            _wait_held(addresses, (size // block + WARM_UP_BLOCKS) * REPLICAS, Secret.from_file(secret_file))
         columns = [("nvme", []), ("remote", []), ("remote-cold", flash), (cold, [])]  # nvme first: the others wipe it
         results = {name: _measure(volume, name, size, block, evicted, progress) for name, evicted in columns}
         return {name: results[name] for name in ("remote", "remote-cold", "nvme", cold)}

@@ -14,6 +14,10 @@ volumes is given a `namespace` (the volume's uuid): blocks are then stored
 under a hash of namespace and id, and two volumes never meet on a server.
 Mounts of one volume use the same namespace and share its blocks.
 
+Every connection to a server authenticates with the volume's `secret` (the
+servers' --secret-file); a server holding another secret refuses us, which
+counts as that server failing.
+
 Methods are synchronous and thread-safe, for TierManager's worker threads:
 never call them on an event loop, a dead server may take `read_bound` seconds.
 The exception are those named `_on_loop`: over TCP, ranged reads (small and
@@ -36,6 +40,7 @@ from aifs.flash.endpoint import RetryPolicy, ServerHandle, ServerUnavailable
 from aifs.flash.erasure import ErasureCode
 from aifs.flash.health import FAILURES_TO_DOWN, CircuitBreaker, Prober
 from aifs.flash.ring import VNODES, HashRing
+from aifs.rdma.auth import Secret
 from aifs.rdma.loop_tcp import LoopTcpReader
 from aifs.rdma.select import select_transport
 from aifs.rdma.transport import Address, BlockMissing, Connection, RemoteError, Transport
@@ -76,7 +81,8 @@ class RemoteFlashTier:
     def __init__(self, servers: Sequence[str], replicas: int = 2, transport: str | Transport = "auto",
                  timeout: float = 0.5, read_bound: float = 1.0, probe_interval: float = 1.0,
                  failures_to_down: int = FAILURES_TO_DOWN, erasure: tuple[int, int] | None = None,
-                 pin: bool = False, vnodes: int = VNODES, streams: int = 2, namespace: bytes = b"") -> None:
+                 pin: bool = False, vnodes: int = VNODES, streams: int = 2, namespace: bytes = b"",
+                 rdma_device: str | None = None, *, secret: Secret) -> None:
         addresses = [Address.parse(s) for s in servers]
         if len(set(addresses)) != len(addresses) or not addresses:
             raise ValueError(f"need distinct flash servers, got {list(servers)}")
@@ -88,8 +94,9 @@ class RemoteFlashTier:
         self.replicas = replicas
         self.pin = pin
         self.namespace = namespace
-        self._transport = (select_transport(transport, streams=streams, timeout=timeout)
-                           if isinstance(transport, str) else transport)
+        self._transport = (
+            select_transport(transport, rdma_device, streams=streams, timeout=timeout, secret=secret)
+            if isinstance(transport, str) else transport)
         policy = RetryPolicy(timeout=timeout, bound=read_bound)
         self._servers = {str(a): ServerHandle(a, self._transport.connect(a), policy,
                                               CircuitBreaker(str(a), failures_to_down)) for a in addresses}
@@ -99,7 +106,7 @@ class RemoteFlashTier:
         self._stats: tuple[float, int, int] | None = None  # (when, capacity, used)
         for handle in self._servers.values():
             self._pool.submit(handle.open)
-        self._loop_readers = ({name: LoopTcpReader(h.address) for name, h in self._servers.items()}
+        self._loop_readers = ({name: LoopTcpReader(h.address, secret) for name, h in self._servers.items()}
                               if self._transport.name == "tcp" and self._ec is None else None)
         self._prober = Prober(self._down, lambda name: self._servers[name].probe(), probe_interval)
 
@@ -286,8 +293,10 @@ class RemoteFlashTier:
             return self._stats[1], self._stats[2]
 
     def status(self) -> list[dict[str, Any]]:
-        """One entry per server: whether it is up, its current failure streak, requests it answered."""
-        return [{"server": name, "up": h.up, "failures": h.breaker.failures, "answered": h.answered}
+        """One entry per server: whether it is up (and since when, on time.monotonic's clock, when
+        down), its current failure streak, requests it answered."""
+        return [{"server": name, "up": h.up, "down_since": h.breaker.down_since, "failures": h.breaker.failures,
+                 "answered": h.answered}
                 for name, h in self._servers.items()]
 
     def close_on_loop(self) -> None:

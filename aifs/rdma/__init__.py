@@ -1,8 +1,10 @@
 """Block transports to the remote flash servers: TCP everywhere, RDMA verbs where a NIC exists.
 
 `transport` holds the interface both implement, `select` picks one at run time
-(`auto`: verbs when pyverbs imports and a device is present). TCP: `wire`
-(frames) and `tcp`. Verbs: `keys` (key exchange), `pool` and `slots`
+(`auto`: verbs when pyverbs imports and a device is present). Both start
+every connection with `auth` (the volume's secret, proved at connect, and a MAC
+on every request). TCP: `wire` (frames), `tcp` (threads), `loop_tcp` and
+`loopsock` (ranged reads on a trio loop). Verbs: `keys` (key exchange), `pool` and `slots`
 (registered memory and how blocks are read from it), `verbs` (the pyverbs
 calls), `verbs_transport` (client), `verbs_server` (server half), `device`
 (finding pyverbs and a device).

@@ -11,6 +11,10 @@ was cancelled is closed, never reused, since its answer could still arrive;
 the idle ones are dropped with it, as a server that broke one (a restart) broke
 them all.
 
+Every socket authenticates when it connects and signs each request (`auth`). An
+idle socket the server has closed meanwhile (its idle timeout) is noticed and
+dropped before it is used.
+
 Use it from one trio run only: trio sockets belong to the run that made them.
 """
 
@@ -20,6 +24,7 @@ from typing import Any
 
 import trio
 
+from aifs.rdma.auth import ClientHandshake, RequestMacs, Secret
 from aifs.rdma.loopsock import LoopSocket
 from aifs.rdma.tcp import answer_error, range_request
 from aifs.rdma.transport import Address, TransportError
@@ -29,16 +34,19 @@ MAX_IDLE = 8
 
 
 class _Connection(LoopSocket):
+    macs: RequestMacs  # set once the handshake is done
+
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
-        self.frames = FrameReader(64 << 10)
+        self.frames = FrameReader()
 
 
 class LoopTcpReader:
     """Ranged reads from one server; raises BlockMissing, RemoteError or TransportError."""
 
-    def __init__(self, address: Address) -> None:
+    def __init__(self, address: Address, secret: Secret) -> None:
         self.address = address
+        self._secret = secret
         self._idle: list[_Connection] = []
 
     async def read_into(self, block_id: int, buf: memoryview | bytearray, offset: int, timeout: float) -> int:
@@ -47,7 +55,7 @@ class LoopTcpReader:
         view = memoryview(buf).cast("B")
         request = range_request(block_id, offset, len(view))
         with trio.move_on_after(timeout):
-            conn = self._idle.pop() if self._idle else await self._connect()
+            conn = self._take_idle() or await self._connect()
             try:
                 answer, n = await self._exchange(conn, request, view)
             except BaseException:
@@ -82,34 +90,40 @@ class LoopTcpReader:
                 await trio.lowlevel.wait_writable(sock)
             if error := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 raise OSError(error, os.strerror(error))
+            conn.macs = await self._authenticate(conn)
         except BaseException as e:
             conn.close()
-            if isinstance(e, OSError):
+            if isinstance(e, (OSError, ProtocolError)):
                 raise TransportError(f"cannot connect to {self.address}: {e}") from None
             raise
         return conn
 
+    async def _authenticate(self, conn: _Connection) -> RequestMacs:
+        handshake = ClientHandshake(self._secret, self.address)
+        hello = await conn.next_message(conn.frames)
+        await conn.sendmsg([memoryview(frame(handshake.answer(hello)))])
+        return handshake.finish(await conn.next_message(conn.frames))
+
     async def _exchange(self, conn: _Connection, request: dict[str, Any],
                         view: memoryview) -> tuple[dict[str, Any], int]:
         try:
-            await conn.sendmsg([memoryview(frame(request, 0))])
-            while (got := conn.frames.header()) is None:
-                conn.frames.filled(await self._recv_into(conn, conn.frames.space()))
-            answer, n = got
+            await conn.sendmsg([memoryview(conn.macs.seal(frame(request, 0)))])
+            answer, n = await conn.next_header(conn.frames)
             if n > len(view):
                 raise ProtocolError(f"answer of {n} bytes for a buffer of {len(view)}")
-            received = conn.frames.take(view[:n])
-            while received < n:
-                received += await self._recv_into(conn, view[received:n])
+            await conn.recv_payload(conn.frames, view[:n])
             return answer, n
         except (OSError, ProtocolError) as e:
             raise TransportError(f"{self.address}: {e}") from None
 
-    async def _recv_into(self, conn: _Connection, view: memoryview) -> int:
-        n = await conn.recv_into(view)
-        if n == 0:
-            raise TransportError(f"{self.address} closed the connection")
-        return n
+    def _take_idle(self) -> _Connection | None:
+        """An idle socket that can still be used, if there is one."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.stale():
+                return conn
+            conn.close()
+        return None
 
     def _give_back(self, conn: _Connection) -> None:
         if len(self._idle) < MAX_IDLE:

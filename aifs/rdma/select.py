@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aifs.rdma.auth import Secret
 from aifs.rdma.device import Probe, probe_verbs
 from aifs.rdma.tcp import DEFAULT_TIMEOUT, TcpTransport
 from aifs.rdma.transport import Transport, TransportUnavailable
@@ -42,8 +43,9 @@ def choose(kind: str = "auto", device: str | None = None,
 
 def select_transport(kind: str = "auto", device: str | None = None, streams: int = 2,
                      timeout: float = DEFAULT_TIMEOUT,
-                     probe: Callable[[str | None], Probe] | None = None) -> Transport:
+                     probe: Callable[[str | None], Probe] | None = None, *, secret: Secret) -> Transport:
+    """The transport `kind` stands for here; its connections authenticate with `secret`."""
     choice = choose(kind, device, probe)
     if choice.kind == "verbs":
-        return VerbsTransport(choice.device or "", streams=streams, timeout=timeout)
-    return TcpTransport(streams, timeout)
+        return VerbsTransport(choice.device or "", streams=streams, timeout=timeout, secret=secret)
+    return TcpTransport(streams, timeout, secret=secret)

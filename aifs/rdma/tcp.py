@@ -3,9 +3,12 @@
 Each socket has one reader thread that matches answers to waiting callers by
 request id and receives a payload straight into the buffer its caller gave
 (`recv_into`), and callers send header and payload as two buffers of one
-`sendmsg`. A request that times out breaks its socket: a server that stopped
-answering one request is not trusted with the others, and they fail at once
-instead of each waiting out its own timeout. The next request reconnects.
+`sendmsg`. Each socket authenticates when it connects and signs every request
+(`auth`); a server that refuses our secret breaks the stream like any other
+failure, with an error that says so. A request that times out breaks its
+socket: a server that stopped answering one request is not trusted with the
+others, and they fail at once instead of each waiting out its own timeout. The
+next request reconnects.
 The sockets block: an idle reader sleeps in recv() without a timeout (ten
 wake-ups a second per socket would take the GIL from the mount's event loop at
 random moments, its reads' worst latencies), and a payload arrives in one
@@ -22,8 +25,11 @@ import threading
 import time
 from typing import Any
 
+from aifs.rdma.auth import AuthError, ClientHandshake, RequestMacs, Secret
 from aifs.rdma.transport import Address, BlockMissing, RemoteError, ServerStat, TransportError, verify
-from aifs.rdma.wire import DELETE, GET, HAS, MISSING, PUT, STAT, UNPIN, FrameReader, ProtocolError, frame, remaining
+from aifs.rdma.wire import (
+    AUTH, DELETE, GET, HAS, MISSING, PUT, STAT, UNPIN, FrameReader, ProtocolError, frame, remaining,
+)
 from aifs.tiers.checksum import checksum as block_checksum
 
 DEFAULT_TIMEOUT = 5.0
@@ -48,23 +54,50 @@ class _Pending:
 class _Stream:
     """One socket: callers send under a lock, one reader thread hands answers back by request id."""
 
-    def __init__(self, address: Address, timeout: float) -> None:
+    def __init__(self, address: Address, timeout: float, secret: Secret) -> None:
+        deadline = time.monotonic() + timeout
         try:
             self._sock = socket.create_connection((address.host, address.port), timeout=max(timeout, 0.001))
         except OSError as e:
             raise TransportError(f"cannot connect to {address}: {e}") from None
+        self._address = address
+        self._frames = FrameReader()
+        try:
+            self._macs = self._authenticate(secret, deadline)
+        except BaseException:
+            self._sock.close()
+            raise
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(POLL))
-        self._address = address
         self._rids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._error: TransportError | None = None
-        self._frames = FrameReader()
         self._scratch = memoryview(bytearray(_SCRATCH))
         threading.Thread(target=self._read_loop, name=f"aifs-tcp-{address}", daemon=True).start()
+
+    def _authenticate(self, secret: Secret, deadline: float) -> RequestMacs:
+        """The handshake (see `auth`), within the connect timeout; the signer of our requests."""
+        handshake = ClientHandshake(secret, self._address)
+        try:
+            self._sock.sendall(frame(handshake.answer(self._handshake_message(deadline))))
+            return handshake.finish(self._handshake_message(deadline))
+        except (OSError, ProtocolError) as e:
+            raise TransportError(f"authenticating with {self._address} failed: {e}") from None
+
+    def _handshake_message(self, deadline: float) -> dict[str, Any]:
+        while (got := self._frames.header()) is None:
+            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            n = self._sock.recv_into(self._frames.space())
+            if n == 0:
+                raise TransportError(f"{self._address} closed the connection while authenticating")
+            self._frames.filled(n)
+        header, n = got
+        if n:
+            raise ProtocolError("a handshake frame carries no payload")
+        return header
 
     @property
     def broken(self) -> bool:
@@ -79,10 +112,7 @@ class _Stream:
                 raise self._error
             header["rid"] = rid = next(self._rids)
             self._pending[rid] = pending
-        buffers = [memoryview(frame(header, len(payload) if payload is not None else 0))]
-        if payload is not None and len(payload):
-            buffers.append(payload)
-        self._send(buffers, deadline)
+        self._send(frame(header, len(payload) if payload is not None else 0), payload, deadline)
         if not pending.done.wait(max(0.0, deadline - time.monotonic())):
             self.fail(TransportError(f"{self._address} did not answer within {timeout:.3g}s"))
             pending.done.wait(CLOSE_GRACE)
@@ -90,11 +120,15 @@ class _Stream:
             raise pending.error
         return pending
 
-    def _send(self, buffers: list[memoryview], deadline: float) -> None:
+    def _send(self, head: bytes, payload: memoryview | None, deadline: float) -> None:
+        """One request; signed under the send lock, as the server counts requests in the order they arrive."""
         if not self._send_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             self.fail(TransportError(f"sending to {self._address} is stuck"))
             return
         try:
+            buffers = [memoryview(self._macs.seal(head))]
+            if payload is not None and len(payload):
+                buffers.append(payload)
             while buffers and self._error is None:
                 if time.monotonic() > deadline:
                     raise TimeoutError("send timed out")
@@ -134,6 +168,8 @@ class _Stream:
         try:
             while True:
                 header, n = self._next_header()
+                if header.get("err") == AUTH:
+                    raise AuthError(f"{self._address} refused a request: {header.get('msg', '')}")
                 with self._lock:
                     claimed = self._pending.pop(header.get("rid"), None)
                 self._receive_payload(claimed, n)
@@ -208,9 +244,11 @@ def answer_error(request: dict[str, Any], answer: dict[str, Any]) -> RemoteError
 class TcpConnection:
     """Requests to one server, spread round-robin over `streams` sockets that reconnect when broken."""
 
-    def __init__(self, address: Address, streams: int = 2, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, address: Address, streams: int = 2, timeout: float = DEFAULT_TIMEOUT, *,
+                 secret: Secret) -> None:
         self.address = address
         self._timeout = timeout
+        self._secret = secret
         self._streams: list[_Stream | None] = [None] * streams
         self._locks = [threading.Lock() for _ in range(streams)]
         self._turn = itertools.count()
@@ -229,7 +267,7 @@ class TcpConnection:
         try:
             stream = self._streams[i]
             if stream is None or stream.broken:
-                stream = self._streams[i] = _Stream(self.address, timeout)
+                stream = self._streams[i] = _Stream(self.address, timeout, self._secret)
             return stream
         finally:
             self._locks[i].release()
@@ -288,12 +326,13 @@ class TcpConnection:
 class TcpTransport:
     name = "tcp"
 
-    def __init__(self, streams: int = 2, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, streams: int = 2, timeout: float = DEFAULT_TIMEOUT, *, secret: Secret) -> None:
         self.streams = streams
         self.timeout = timeout
+        self.secret = secret
 
     def connect(self, address: Address) -> TcpConnection:
-        return TcpConnection(address, self.streams, self.timeout)
+        return TcpConnection(address, self.streams, self.timeout, secret=self.secret)
 
     def close(self) -> None:
         """Connections own their sockets; the transport holds nothing."""

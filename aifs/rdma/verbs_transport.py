@@ -1,7 +1,8 @@
 """RDMA verbs transport: block reads are one-sided RDMA READs from the server's registered slots.
 
 Everything but reads (writes, deletes, stats, and `locate`, which tells where
-a block sits) goes over the TCP channel, which also carries the key exchange:
+a block sits) goes over the authenticated TCP channel (`auth`: only a client
+holding the server's secret gets the region's keys), which also carries the key exchange:
 the client's queue pair address out, the server's queue pair and registered
 region back. A server without a device answers `noverbs`; the connection then
 reads over TCP and says so once in the log.
@@ -14,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from aifs.rdma.auth import Secret
 from aifs.rdma.keys import KeyExchangeError, QpInfo, RegionInfo
 from aifs.rdma.pool import BufferPool, Chunk
 from aifs.rdma.slots import SlotChurn, SlotReader, SlotRef, SlotTooSmall
@@ -35,9 +37,9 @@ class VerbsTransport:
 
     def __init__(self, device: str, port: int = 1, gid_index: int = 0, streams: int = 2,
                  timeout: float = DEFAULT_TIMEOUT, pool_bytes: int = POOL_BYTES,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, *, secret: Secret) -> None:
         self.device, self.port, self.gid_index = device, port, gid_index
-        self.streams, self.timeout = streams, timeout
+        self.streams, self.timeout, self.secret = streams, timeout, secret
         self._pool_bytes, self._chunk_bytes = pool_bytes, chunk_bytes
         self._lock = threading.Lock()
         self._opened: tuple[VerbsNic, BufferPool, Any] | None = None
@@ -67,7 +69,7 @@ class VerbsConnection:
     def __init__(self, transport: VerbsTransport, address: Address) -> None:
         self.address = address
         self._transport = transport
-        self._control = TcpConnection(address, transport.streams, transport.timeout)
+        self._control = TcpConnection(address, transport.streams, transport.timeout, secret=transport.secret)
         self._lock = threading.Lock()
         self._reader: SlotReader | None = None
         self._qps: queue.Queue[QueuePair] = queue.Queue()

@@ -4,10 +4,13 @@ A frame is PREFIX (header length, payload length), a msgpack map, then the
 payload. Block bytes travel as the payload, never inside msgpack, so they are
 received straight into the caller's buffer and sent from the server's buffer
 with one `sendmsg`. Every request carries a request id (`rid`) that its answer
-repeats, so requests from many threads pipeline on one socket.
+repeats, so requests from many threads pipeline on one socket. On an
+authenticated connection each request's header is followed by a tag of
+TAG_BYTES (see `auth`), checked before the header is even decoded.
 """
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -15,6 +18,7 @@ import msgpack
 PREFIX = struct.Struct("<IQ")
 MAX_HEADER = 1 << 16
 MAX_PAYLOAD = 1 << 30
+TAG_BYTES = 32  # an HMAC-SHA256
 
 # Operations.
 GET, PUT, DELETE, HAS, STAT, UNPIN = "get", "put", "del", "has", "stat", "unpin"
@@ -27,7 +31,14 @@ CORRUPT = "corrupt"        # the stored copy failed its checksum; the server dro
 FULL = "full"              # no room even after evicting every unpinned block
 NO_VERBS = "noverbs"       # the server has no RDMA device
 TOO_LARGE = "toolarge"     # the block does not fit a registered slot
+LIMIT = "limit"            # a put larger than the server's largest block or its request memory
+AUTH = "auth"              # the peer did not authenticate; the server closes the connection
+BUSY = "busy"              # the server has as many connections as it takes; it closes this one
 BAD_REQUEST = "bad"
+
+SMALL_BUFFER = 4 << 10
+
+Check = Callable[[memoryview, memoryview], None]
 
 
 class ProtocolError(Exception):
@@ -46,23 +57,45 @@ class FrameReader:
     Bytes land in one reusable buffer through `space()`/`filled()`. `header()`
     returns the next header once it is complete; the payload that follows is
     then moved into the caller's memory with `take()` (the part already
-    buffered) and direct `recv_into` calls for the rest.
+    buffered) and direct `recv_into` calls for the rest. The buffer starts at
+    `size` bytes, grows only while a header needs more, and shrinks back once
+    it is empty, so an idle connection holds little memory.
+
+    With `check` set, every header is followed by a tag: `check(prefix and header,
+    tag)` runs before the header is decoded and raises to refuse the frame.
     """
 
-    def __init__(self, size: int = 256 << 10) -> None:
+    def __init__(self, size: int = SMALL_BUFFER) -> None:
+        self._size = size
         self._buf = bytearray(size)
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
+        self._need = 0  # bytes the frame being read needs in the buffer, when more than it has
+        self.check: Check | None = None
 
     def space(self) -> memoryview:
         if self._start == self._end:
             self._start = self._end = 0
-        elif self._end == len(self._buf):
-            pending = self._end - self._start
-            self._view[:pending] = self._view[self._start:self._end]
-            self._start, self._end = 0, pending
+            if len(self._buf) > self._size and not self._need:
+                self._resize(self._size)
+        if self._need > len(self._buf):
+            self._resize(self._need)
+        elif self._end == len(self._buf) or self._start + self._need > len(self._buf):
+            self._compact()
         return self._view[self._end:]
+
+    def _compact(self) -> None:
+        pending = self._end - self._start
+        self._view[:pending] = self._view[self._start:self._end]
+        self._start, self._end = 0, pending
+
+    def _resize(self, size: int) -> None:
+        pending = bytes(self._view[self._start:self._end])
+        self._buf = bytearray(size)
+        self._view = memoryview(self._buf)
+        self._view[:len(pending)] = pending
+        self._start, self._end = 0, len(pending)
 
     def filled(self, n: int) -> None:
         self._end += n
@@ -75,16 +108,21 @@ class FrameReader:
         header_len, payload_len = PREFIX.unpack_from(self._buf, self._start)
         if header_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
             raise ProtocolError(f"frame of {header_len}+{payload_len} bytes is over the limit")
-        if available < PREFIX.size + header_len:
+        tag_len = TAG_BYTES if self.check is not None else 0
+        begin, end = self._start + PREFIX.size, self._start + PREFIX.size + header_len
+        if available < PREFIX.size + header_len + tag_len:
+            self._need = PREFIX.size + header_len + tag_len
             return None
-        begin = self._start + PREFIX.size
+        self._need = 0
+        if self.check is not None:
+            self.check(self._view[self._start:end], self._view[end:end + tag_len])
         try:
-            header = msgpack.unpackb(self._view[begin:begin + header_len])
+            header = msgpack.unpackb(self._view[begin:end])
         except (ValueError, msgpack.UnpackException) as e:
-            raise ProtocolError(f"undecodable header: {e}") from None
+            raise ProtocolError(f"undecodable header: {str(e) or type(e).__name__}") from None
         if not isinstance(header, dict):
             raise ProtocolError("a header must be a map")
-        self._start = begin + header_len
+        self._start = end + tag_len
         return header, payload_len
 
     def take(self, dest: memoryview) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .servers import ServerProcess, start_all
+from .servers import ServerProcess, new_secret_file, start_all
 
 
 @pytest.fixture
@@ -13,8 +13,10 @@ def flash_servers(tmp_path_factory):
     started: list[ServerProcess] = []
 
     def start(n: int, **options) -> list[ServerProcess]:
+        """The n servers share one secret, as the servers of one volume do."""
         base = tmp_path_factory.mktemp("flash")
-        servers = [ServerProcess(base / f"s{i}", **options) for i in range(n)]
+        secret_file = new_secret_file(base / "volume.secret")
+        servers = [ServerProcess(base / f"s{i}", secret_file=secret_file, **options) for i in range(n)]
         started.extend(servers)
         return start_all(servers)
 

@@ -10,6 +10,7 @@ servers never see each other's blocks.
 
 import json
 import os
+from pathlib import Path
 import shutil
 import threading
 import time
@@ -21,6 +22,7 @@ from tests.helpers import random_page_reads
 
 from aifs.flash.background import BackgroundCalls
 from aifs.flash.tier import RemoteFlashTier
+from aifs.rdma.auth import Secret
 from aifs.rdma.tcp import TcpTransport
 from aifs.rdma.transport import Address
 from aifs.tiers.checksum import CHUNK, checksum
@@ -48,6 +50,7 @@ capacity = "1GiB"
 [[tiers]]
 kind = "remote"
 servers = [{servers}]
+secret_file = "{secret_file}"
 transport = "tcp"
 timeout = 0.5
 read_bound = 1.0
@@ -64,21 +67,22 @@ PLACEMENTS = {
 }
 
 
-def server_stats(addresses: list[str]) -> list:
+def server_stats(addresses: list[str], secret: Secret) -> list:
     """Asked directly: the mount's own figures are refreshed only every few seconds."""
-    transport = TcpTransport(1, 2.0)
+    connections = [TcpTransport(1, 2.0, secret=secret).connect(Address.parse(a)) for a in addresses]
     try:
-        return [transport.connect(Address.parse(a)).stat(2.0) for a in addresses]
+        return [connection.stat(2.0) for connection in connections]
     finally:
-        transport.close()
+        for connection in connections:
+            connection.close()
 
 
-def server_used(addresses: list[str]) -> int:
-    return sum(stat.used for stat in server_stats(addresses))
+def server_used(addresses: list[str], secret: Secret) -> int:
+    return sum(stat.used for stat in server_stats(addresses, secret))
 
 
-def server_objects(addresses: list[str]) -> int:
-    return sum(stat.blocks for stat in server_stats(addresses))
+def server_objects(addresses: list[str], secret: Secret) -> int:
+    return sum(stat.blocks for stat in server_stats(addresses, secret))
 
 
 def blocks_of(files: dict[str, bytes]) -> int:
@@ -125,15 +129,22 @@ def files() -> dict[str, bytes]:
     }
 
 
+def remote_volume(base: Path, servers: list, placement: str = "replicas = 2") -> Volume:
+    """An unmounted volume whose remote tier lists `servers` (sharing one secret)."""
+    volume = Volume(base)
+    volume.config.write_text(CONFIG.format(
+        state_dir=volume.state_dir, servers=", ".join(f'"{s.address}"' for s in servers), placement=placement,
+        secret_file=servers[0].secret_file,
+    ))
+    return volume
+
+
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
 def test_files_come_back_from_flash_after_local_tiers_are_wiped(tmp_path, flash_servers, files, placement):
     servers = flash_servers(3)
     addresses = [s.address for s in servers]
     line, per_block = PLACEMENTS[placement]
-    volume = Volume(tmp_path / "vol")
-    volume.config.write_text(CONFIG.format(
-        state_dir=volume.state_dir, servers=", ".join(f'"{a}"' for a in addresses), placement=line,
-    ))
+    volume = remote_volume(tmp_path / "vol", servers, line)
     try:
         volume.mount()
         os.makedirs(volume.path / "dir")
@@ -143,7 +154,7 @@ def test_files_come_back_from_flash_after_local_tiers_are_wiped(tmp_path, flash_
         assert cp.returncode == 0, cp.stderr
         # offers run in the background once uploads are durable
         objects = blocks_of(files) * per_block
-        wait_until(lambda: server_objects(addresses) == objects, HOLD_TIMEOUT_S,
+        wait_until(lambda: server_objects(addresses, servers[0].secret) == objects, HOLD_TIMEOUT_S,
                    f"the servers hold {per_block} objects for each of the {blocks_of(files)} blocks")
 
         remount_with_nvme_wiped(volume)
@@ -158,16 +169,16 @@ def test_files_come_back_from_flash_after_local_tiers_are_wiped(tmp_path, flash_
 
 def test_random_pages_read_one_chunk_each_from_flash(tmp_path, flash_servers):
     """A small random read of a block held by flash servers reads only the chunk it needs."""
-    addresses = [s.address for s in flash_servers(2)]
-    volume = Volume(tmp_path / "vol")
-    volume.config.write_text(CONFIG.format(
-        state_dir=volume.state_dir, servers=", ".join(f'"{a}"' for a in addresses), placement="replicas = 2"))
+    servers = flash_servers(2)
+    addresses, secret = [s.address for s in servers], servers[0].secret
+    volume = remote_volume(tmp_path / "vol", servers)
     data = os.urandom(8 * BLOCK)
     try:
         volume.mount()
         (volume.path / "index.bin").write_bytes(data)
         assert aifs_cli("sync", "--wait", str(volume.path)).returncode == 0
-        wait_until(lambda: server_objects(addresses) == 16, HOLD_TIMEOUT_S, "both copies of 8 blocks are held")
+        wait_until(lambda: server_objects(addresses, secret) == 16, HOLD_TIMEOUT_S,
+                   "both copies of 8 blocks are held")
         remount_with_nvme_wiped(volume)
         offsets = [b * BLOCK + b * 4096 for b in (6, 1, 4, 2, 7)]  # jumps: never the next block
         got = random_page_reads(volume.path / "index.bin", offsets)
@@ -182,47 +193,44 @@ def test_random_pages_read_one_chunk_each_from_flash(tmp_path, flash_servers):
 # -- the TierManager's side ----------------------------------------------------------------
 
 
-def manager_over(root, addresses: list[str], only_copy: bool = False, namespace: bytes = b"vol") -> TierManager:
-    remote = RemoteFlashTier(addresses, replicas=2, transport="tcp", timeout=0.5, read_bound=1.0,
-                             namespace=namespace)
+def manager_over(root, servers, only_copy: bool = False, namespace: bytes = b"vol") -> TierManager:
+    remote = RemoteFlashTier([s.address for s in servers], replicas=2, transport="tcp", timeout=0.5,
+                             read_bound=1.0, namespace=namespace, secret=servers[0].secret)
     return TierManager(RamTier(64 * BLOCK), NvmeTier(root / "nvme", 64 * BLOCK),
                        LocalObjectStore(root / "cold", 1 << 30), remote=remote, only_copy=only_copy)
 
 
-def pinned_on(addresses: list[str]) -> int:
-    transport = TcpTransport(1, 2.0)
-    try:
-        return sum(transport.connect(Address.parse(a)).stat(2.0).pinned for a in addresses)
-    finally:
-        transport.close()
+def pinned_on(addresses: list[str], secret: Secret) -> int:
+    return sum(stat.pinned for stat in server_stats(addresses, secret))
 
 
 def settle(tiers: TierManager) -> None:
     assert tiers.background is not None and tiers.background.wait_idle(HOLD_TIMEOUT_S)
 
 
-async def stage_and_upload(tiers: TierManager, block_id: int, data: bytes, addresses: list[str]) -> tuple:
+async def stage_and_upload(tiers: TierManager, block_id: int, data: bytes, servers) -> tuple:
     """(bytes on the servers after staging, pinned there), then the same once the upload is durable."""
+    addresses, secret = [s.address for s in servers], servers[0].secret
     await tiers.stage(block_id, data)
     await trio.to_thread.run_sync(settle, tiers)
-    staged = (await trio.to_thread.run_sync(server_used, addresses),
-              await trio.to_thread.run_sync(pinned_on, addresses))
+    staged = (await trio.to_thread.run_sync(server_used, addresses, secret),
+              await trio.to_thread.run_sync(pinned_on, addresses, secret))
     await tiers.upload(block_id, checksum(data))
     await tiers.uploads_durable([block_id])
     await trio.to_thread.run_sync(settle, tiers)
-    durable = (await trio.to_thread.run_sync(server_used, addresses),
-               await trio.to_thread.run_sync(pinned_on, addresses))
+    durable = (await trio.to_thread.run_sync(server_used, addresses, secret),
+               await trio.to_thread.run_sync(pinned_on, addresses, secret))
     return staged, durable
 
 
 @pytest.mark.parametrize("only_copy", [False, True])
 def test_remote_holds_a_block_before_it_is_durable_only_with_only_copy(tmp_path, flash_servers, only_copy):
-    addresses = [s.address for s in flash_servers(2)]
-    tiers = manager_over(tmp_path, addresses, only_copy)
+    servers = flash_servers(2)
+    tiers = manager_over(tmp_path, servers, only_copy)
     data = os.urandom(BLOCK)
     try:
         (staged_used, staged_pins), (durable_used, durable_pins) = trio.run(
-            stage_and_upload, tiers, 7, data, addresses)
+            stage_and_upload, tiers, 7, data, servers)
     finally:
         trio.run(tiers.close)
         tiers.nvme.close()
@@ -244,8 +252,7 @@ async def read_twice(tiers: TierManager, block_id: int, data: bytes) -> list[byt
 
 
 def test_a_block_read_from_cold_is_offered_then_read_from_flash_and_filled_into_nvme(tmp_path, flash_servers):
-    addresses = [s.address for s in flash_servers(2)]
-    tiers = manager_over(tmp_path, addresses)
+    tiers = manager_over(tmp_path, flash_servers(2))
     data = os.urandom(BLOCK)
     tiers.cold.put(9, data)
     try:
@@ -260,7 +267,7 @@ def test_a_block_read_from_cold_is_offered_then_read_from_flash_and_filled_into_
 
 def test_reads_fall_through_to_cold_when_every_server_is_dead(tmp_path, flash_servers):
     servers = flash_servers(2)
-    tiers = manager_over(tmp_path, [s.address for s in servers])
+    tiers = manager_over(tmp_path, servers)
     data = os.urandom(BLOCK)
     tiers.cold.put(11, data)
     for server in servers:
@@ -277,9 +284,10 @@ def test_reads_fall_through_to_cold_when_every_server_is_dead(tmp_path, flash_se
 
 
 def test_volumes_sharing_servers_never_read_each_others_blocks(tmp_path, flash_servers):
-    addresses = [s.address for s in flash_servers(2)]
-    ours = RemoteFlashTier(addresses, transport="tcp", namespace=b"volume-a")
-    theirs = RemoteFlashTier(addresses, transport="tcp", namespace=b"volume-b")
+    servers = flash_servers(2)
+    addresses, secret = [s.address for s in servers], servers[0].secret
+    ours = RemoteFlashTier(addresses, transport="tcp", namespace=b"volume-a", secret=secret)
+    theirs = RemoteFlashTier(addresses, transport="tcp", namespace=b"volume-b", secret=secret)
     try:
         ours.put(5, b"a" * 1000)
         theirs.put(5, b"b" * 1000)

@@ -26,12 +26,13 @@ KB = 1024
 
 
 def tier_over(servers, **options) -> RemoteFlashTier:
-    defaults = {"transport": "tcp", "timeout": 0.25, "read_bound": 0.6, "probe_interval": 0.2}
+    defaults = {"transport": "tcp", "timeout": 0.25, "read_bound": 0.6, "probe_interval": 0.2,
+                "secret": servers[0].secret}
     return RemoteFlashTier([s.address for s in servers], **{**defaults, **options})
 
 
 def direct(server) -> TcpConnection:
-    return TcpConnection(Address.parse(server.address), streams=1, timeout=5.0)
+    return TcpConnection(Address.parse(server.address), streams=1, timeout=5.0, secret=server.secret)
 
 
 def wait_until(predicate, timeout: float) -> float:
@@ -74,8 +75,9 @@ def run_client(*args) -> dict:
 def test_two_client_processes_share_the_servers(flash_servers):
     servers = flash_servers(3)
     addresses = ",".join(s.address for s in servers)
-    writer = run_client("put", addresses, 1000, 30, 20 * KB)
-    reader = run_client("get", addresses, 1000, 30, 20 * KB)
+    secret_file = servers[0].secret_file
+    writer = run_client("put", addresses, secret_file, 1000, 30, 20 * KB)
+    reader = run_client("get", addresses, secret_file, 1000, 30, 20 * KB)
     assert reader["read"] == 30 and reader["missing"] == [] and reader["wrong"] == []
     assert sum(s["answered"] for s in reader["status"]) >= 30  # the reader's own tier got them remotely
     assert sum(s["answered"] for s in writer["status"]) >= 60

@@ -43,7 +43,7 @@ def _skip_without_device(kind: str) -> None:
 def served(request, tmp_path_factory):
     _skip_without_device(request.param)
     server = ServerProcess(tmp_path_factory.mktemp("conformance") / "server", transport=request.param).start()
-    transport = select_transport(request.param, timeout=5.0)
+    transport = select_transport(request.param, timeout=5.0, secret=server.secret)
     conn = transport.connect(Address.parse(server.address))
     yield Served(server, transport, conn)
     conn.close()

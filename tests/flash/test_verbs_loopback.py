@@ -18,6 +18,7 @@ import trio
 
 from aifs.flash.server import BlockServer
 from aifs.flash.store import BlockStore
+from aifs.rdma.auth import Secret
 from aifs.rdma.keys import QpInfo, RegionInfo
 from aifs.rdma.pool import BufferPool, address_of
 from aifs.rdma.slots import SlotArena
@@ -27,6 +28,7 @@ from aifs.rdma.verbs_transport import VerbsTransport
 from .blocks import content
 
 GID = "fe80:0000:0000:0000:0000:0000:0000:0001"
+SECRET = Secret(b"a test secret of more than thirty-two characters")
 RKEY, LKEY = 0x5151, 0x7272
 SLOT = 64 << 10
 
@@ -112,8 +114,8 @@ def serve_in_thread(server: BlockServer):
 def rig(request, tmp_path):
     store = BlockStore(tmp_path, 64 << 20)
     endpoint = FakeEndpoint() if request.param == "verbs server" else None
-    address, shutdown = serve_in_thread(BlockServer(store, endpoint))
-    transport = VerbsTransport("fake0", streams=2, timeout=5.0, pool_bytes=4 * SLOT, chunk_bytes=SLOT)
+    address, shutdown = serve_in_thread(BlockServer(store, SECRET, endpoint))
+    transport = VerbsTransport("fake0", streams=2, timeout=5.0, pool_bytes=4 * SLOT, chunk_bytes=SLOT, secret=SECRET)
     nic = FakeNic()
     opened = (nic, BufferPool(bytearray(4 * SLOT), SLOT), SimpleNamespace(lkey=LKEY))
     transport.opened = lambda: opened  # the device, its pool and MR, as opened() would return them

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from aifs.rdma.auth import Secret
 from aifs.rdma.device import Probe, load_pyverbs, probe_verbs
 from aifs.rdma.keys import KeyExchangeError, QpInfo, RegionInfo
 from aifs.rdma.pool import BufferPool, PoolExhausted
@@ -31,6 +32,7 @@ from .blocks import content
 from .servers import REPO, child_env
 
 GID = "fe80:0000:0000:0000:0211:22ff:fe33:4455"
+SECRET = Secret(b"a test secret of more than thirty-two characters")
 
 
 # -- key exchange ------------------------------------------------------------------------
@@ -233,14 +235,14 @@ def a_device(_: str | None) -> Probe:
 
 def test_auto_picks_tcp_without_a_device_and_says_why(caplog):
     with caplog.at_level(logging.INFO, logger="aifs.rdma.select"):
-        transport = select_transport("auto", probe=no_device)
+        transport = select_transport("auto", probe=no_device, secret=SECRET)
     assert isinstance(transport, TcpTransport)
     assert "using tcp (no RDMA device (test))" in caplog.text
 
 
 def test_auto_picks_verbs_with_a_device(caplog):
     with caplog.at_level(logging.INFO, logger="aifs.rdma.select"):
-        transport = select_transport("auto", probe=a_device)
+        transport = select_transport("auto", probe=a_device, secret=SECRET)
     assert isinstance(transport, VerbsTransport) and transport.device == "mlx5_0"
     assert "using verbs (RDMA device mlx5_0)" in caplog.text
 
@@ -289,7 +291,9 @@ def test_without_pyverbs_everything_imports_and_auto_means_tcp():
         "from aifs.rdma import device; device.DEBIAN_DIST = pathlib.Path('/nonexistent')\n"
         "import aifs.flash.tier, aifs.flash.server, aifs.rdma.verbs, aifs.rdma.verbs_server\n"
         "from aifs.rdma.select import select_transport\n"
-        "print(device.probe_verbs().reason, type(select_transport('auto')).__name__)\n"
+        "from aifs.rdma.auth import Secret\n"
+        "transport = select_transport('auto', secret=Secret(b'x' * 32))\n"
+        "print(device.probe_verbs().reason, type(transport).__name__)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=child_env(), capture_output=True,
                           text=True, timeout=60)

@@ -7,7 +7,7 @@ import random
 import msgpack
 import pytest
 
-from aifs.rdma.wire import PREFIX, FrameReader, ProtocolError, frame, remaining
+from aifs.rdma.wire import PREFIX, SMALL_BUFFER, FrameReader, ProtocolError, frame, remaining
 
 
 def feed(reader: FrameReader, data: bytes) -> None:
@@ -64,3 +64,18 @@ def test_remaining_after_partial_sends():
     assert [bytes(b) for b in remaining(buffers, 3)] == [b"defgh"]
     assert [bytes(b) for b in remaining(buffers, 6)] == [b"gh"]
     assert remaining(buffers, 8) == []
+
+
+def test_the_buffer_grows_for_a_large_header_and_shrinks_back_when_idle():
+    reader = FrameReader()
+    assert len(reader.space()) == SMALL_BUFFER
+    big = frame({"rid": 1, "pad": "x" * (3 * SMALL_BUFFER)})
+    pos = 0
+    while (got := reader.header()) is None:
+        space = reader.space()
+        step = min(len(space), len(big) - pos, 1000)
+        space[:step] = big[pos:pos + step]
+        reader.filled(step)
+        pos += step
+    assert got[0]["pad"] == "x" * (3 * SMALL_BUFFER) and pos == len(big)
+    assert len(reader.space()) == SMALL_BUFFER  # an idle connection holds only the small buffer
