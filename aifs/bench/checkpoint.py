@@ -51,7 +51,7 @@ def _wait_durable(directory: str) -> None:
     except ControlError:
         return  # not an aifs mount: fsync was the last word
     try:
-        control.call("sync", inodes=[os.stat(directory).st_ino], wait=True)
+        control.sync_wait([os.stat(directory).st_ino])
     except ControlError as error:
         raise BenchError(f"waiting for uploads: {error}") from error
 

@@ -7,16 +7,21 @@ from pathlib import Path
 
 import click
 
-from aifs.cli.admin_cmd import _ask, _human
+from aifs.cli.admin_cmd import ask
 from aifs.cli.common import fail
+from aifs.cli.treewalk import TreeWalk
+from aifs.units import size
 from aifs.cli.warmup_progress import WarmupProgress
 from aifs.control.client import ControlClient, ControlError
 
 BATCH_FILES = 32
 BATCH_BYTES = 64 << 20
+SHOW_UNREADABLE = 20
 
 TIERS = click.Choice(["ram", "nvme"])
 PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+Batch = list[tuple[int, int]]  # (inode, size) of some files
+Work = list[tuple[ControlClient, Batch]]
 
 
 @click.command()
@@ -25,9 +30,10 @@ PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(exists=
 def pin(tier: str, paths: tuple[Path, ...]) -> None:
     """Keep the files under PATHS in TIER until unpinned, across restarts; loads them now."""
     for path in paths:
-        report = _ask(path, "pin", inodes=[os.stat(path).st_ino], tier=tier)
+        report = ask(path, "pin", inodes=[os.stat(path).st_ino], tier=tier)
+        missed = f", {size(report['missed_bytes'])} found no room" if report["missed_bytes"] else ""
         click.echo(f"{path}: {report['files']} files pinned to {tier} "
-                   f"({_human(report['loaded_bytes'])} loaded, {_human(report['warm_bytes'])} already there)")
+                   f"({size(report['loaded_bytes'])} loaded, {size(report['warm_bytes'])} already there{missed})")
 
 
 @click.command()
@@ -35,32 +41,19 @@ def pin(tier: str, paths: tuple[Path, ...]) -> None:
 def unpin(paths: tuple[Path, ...]) -> None:
     """Let the files under PATHS be evicted again."""
     for path in paths:
-        report = _ask(path, "unpin", inodes=[os.stat(path).st_ino])
+        report = ask(path, "unpin", inodes=[os.stat(path).st_ino])
         click.echo(f"{path}: {report['unpinned']} of {report['files']} files unpinned")
 
 
-def _files(path: Path) -> Iterator[tuple[int, int]]:
-    """(inode, size) of every regular file at or below `path`."""
-    if not path.is_dir():
-        st = path.stat()
-        yield st.st_ino, st.st_size
-        return
-    for root, _, names in os.walk(path):
-        for name in names:
-            st = os.stat(os.path.join(root, name), follow_symlinks=False)
-            if st.st_mode & 0o170000 == 0o100000:
-                yield st.st_ino, st.st_size
-
-
-def _batches(files: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+def _batches(files: Batch) -> Iterator[Batch]:
     """Few control calls for many small files, yet progress that moves for large ones."""
     batch, nbytes = [], 0
-    for ino, size in files:
-        if batch and (len(batch) >= BATCH_FILES or nbytes + size > BATCH_BYTES):
+    for ino, file_bytes in files:
+        if batch and (len(batch) >= BATCH_FILES or nbytes + file_bytes > BATCH_BYTES):
             yield batch
             batch, nbytes = [], 0
-        batch.append((ino, size))
-        nbytes += size
+        batch.append((ino, file_bytes))
+        nbytes += file_bytes
     if batch:
         yield batch
 
@@ -71,34 +64,70 @@ def _batches(files: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
               help="Batches of files loaded at once.")
 @PATHS
 def warmup(tier: str, jobs: int, paths: tuple[Path, ...]) -> None:
-    """Load the files and trees under PATHS into TIER ahead of training."""
+    """Load the files and trees under PATHS into TIER ahead of training.
+
+    Exits 1 when something could not be read, or did not fit in TIER: what is there
+    at the end is checked, so files pushed out by later ones count as not fitting.
+    """
     try:
-        work = _work(paths)
+        work, unreadable = _work(paths)
     except ControlError as e:
         fail(str(e))
     progress = WarmupProgress(sum(len(b) for _, b in work), sum(s for _, b in work for _, s in b), tier)
 
-    def run(item: tuple[ControlClient, list[tuple[int, int]]]) -> None:
+    def load(item: tuple[ControlClient, Batch]) -> None:
         client, batch = item
         report = client.call("warmup", inodes=[ino for ino, _ in batch], tier=tier)
-        progress.advance(len(batch), sum(size for _, size in batch), report["loaded_bytes"], report["warm_bytes"])
+        progress.advance(len(batch), sum(nbytes for _, nbytes in batch), report["loaded_bytes"],
+                         report["warm_bytes"])
+
+    def held(item: tuple[ControlClient, Batch]) -> dict:
+        client, batch = item
+        return client.call("resident", inodes=[ino for ino, _ in batch], tier=tier)
 
     try:
         with ThreadPoolExecutor(jobs) as pool:
-            for _ in pool.map(run, work):
+            for _ in pool.map(load, work):
                 pass
+            residency = list(pool.map(held, work))
     except ControlError as e:
         fail(str(e))
     click.echo(progress.summary())
+    _report_shortfall(tier, residency, unreadable)
 
 
-def _work(paths: tuple[Path, ...]) -> list[tuple[ControlClient, list[tuple[int, int]]]]:
-    """Batches of (inode, size), each with the control client of the mount holding them."""
-    work = []
+def _report_shortfall(tier: str, residency: list[dict], unreadable: list[str]) -> None:
+    """Say what the warmup could not do, and exit 1 if anything: entries that could not be
+    read, and bytes the tier does not hold at the end."""
+    for entry in unreadable[:SHOW_UNREADABLE]:
+        click.echo(f"aifs: could not read {entry}", err=True)
+    if len(unreadable) > SHOW_UNREADABLE:
+        click.echo(f"aifs: ... and {len(unreadable) - SHOW_UNREADABLE} more entries could not be read", err=True)
+    missing = sum(r["missing_bytes"] for r in residency)
+    problems = []
+    if missing:
+        total = sum(r["bytes"] for r in residency)
+        capacity = residency[0]["capacity"]
+        problems.append(
+            f"{size(missing)} of {size(total)} in {sum(r['missing_files'] for r in residency)} files did not fit "
+            f"in the {tier} tier ({size(capacity)} capacity): they are read from the tiers below; "
+            f"warm fewer files or use a larger tier")
+    if unreadable:
+        problems.append(f"{len(unreadable)} entries could not be read and were not warmed")
+    if problems:
+        fail("; ".join(problems))
+
+
+def _work(paths: tuple[Path, ...]) -> tuple[Work, list[str]]:
+    """Batches of (inode, size), each with the control client of the mount holding them, and
+    the entries that could not be read."""
+    work, unreadable = [], []
     for path in paths:
         client = ControlClient.for_path(path)
-        work += [(client, batch) for batch in _batches(list(_files(path)))]
-    return work
+        walk = TreeWalk(path)
+        work += [(client, batch) for batch in _batches(list(walk))]
+        unreadable += walk.unreadable
+    return work, unreadable
 
 
 @click.group()

@@ -1,16 +1,12 @@
-"""Progress of `aifs warmup`: a tqdm bar on a terminal, plain lines otherwise, and a summary."""
+"""Progress of `aifs warmup`, and its summary."""
 
-import sys
 import threading
 import time
 
 from tqdm import tqdm
 
-PLAIN_EVERY_S = 1.0
-
-
-def _size(nbytes: float) -> str:
-    return tqdm.format_sizeof(nbytes, "B", 1024)
+from aifs.cli.progress import Progress
+from aifs.units import rate, size
 
 
 class WarmupProgress:
@@ -23,41 +19,28 @@ class WarmupProgress:
         self.files, self.nbytes, self.tier = files, nbytes, tier
         self.done_files = self.done_bytes = self.loaded = self.warm = 0
         self.started = time.monotonic()
-        self._last_line = float("-inf")
-        self._bar = None
+        self._progress = Progress(f"warmup -> {tier}", nbytes)
         self._lock = threading.Lock()
-        if sys.stdout.isatty():
-            self._bar = tqdm(total=nbytes, unit="B", unit_scale=True, unit_divisor=1024,
-                             desc=f"warmup -> {tier}", file=sys.stdout)
 
     def advance(self, files: int, nbytes: int, loaded: int, warm: int) -> None:
         with self._lock:
-            self._advance(files, nbytes, loaded, warm)
+            self.done_files += files
+            self.done_bytes += nbytes
+            self.loaded += loaded
+            self.warm += warm
+            self._progress.show(self.done_bytes, self.nbytes, self._text(), last=self.done_files == self.files)
 
-    def _advance(self, files: int, nbytes: int, loaded: int, warm: int) -> None:
-        self.done_files += files
-        self.done_bytes += nbytes
-        self.loaded += loaded
-        self.warm += warm
-        if self._bar is not None:
-            self._bar.set_postfix_str(f"{self.done_files}/{self.files} files", refresh=False)
-            self._bar.update(nbytes)
-        elif time.monotonic() - self._last_line >= PLAIN_EVERY_S or self.done_files == self.files:
-            self._last_line = time.monotonic()
-            print(self._plain_line(), flush=True)
-
-    def _plain_line(self) -> str:
+    def _text(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = self.done_bytes / elapsed
-        left = (self.nbytes - self.done_bytes) / rate if rate else float("inf")
+        speed = self.done_bytes / elapsed
+        left = (self.nbytes - self.done_bytes) / speed if speed else float("inf")
         eta = "?" if left == float("inf") else tqdm.format_interval(left)
-        return (f"warmup -> {self.tier}: {self.done_files}/{self.files} files, "
-                f"{_size(self.done_bytes)}/{_size(self.nbytes)}, {_size(rate)}/s, ETA {eta}")
+        return (f"{self.done_files}/{self.files} files, {size(self.done_bytes)}/{size(self.nbytes)}, "
+                f"{rate(speed)}, ETA {eta}")
 
     def summary(self) -> str:
-        if self._bar is not None:
-            self._bar.close()
+        self._progress.close()
         elapsed = time.monotonic() - self.started
         return (f"warmed {self.done_files} files into {self.tier} in {elapsed:.1f} s: "
-                f"{_size(self.loaded)} loaded, {_size(self.warm)} already there "
-                f"({_size(self.loaded / max(elapsed, 1e-9))}/s)")
+                f"{size(self.loaded)} loaded, {size(self.warm)} already there "
+                f"({rate(self.loaded / max(elapsed, 1e-9))})")

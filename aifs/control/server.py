@@ -1,22 +1,24 @@
-"""The mount's side of the control channel: one request, one reply, per connection turn."""
+"""The mount's side of the control channel: one request, one reply, per connection turn.
 
-import errno
+What a peer sends can never end the mount: a malformed message gets an error reply
+(aifs.control.dispatch), a frame announcing more than MAX_MESSAGE gets one and the
+connection is closed, a truncated frame or a peer that hangs up closes the connection.
+"""
+
 import logging
 import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
 
-from aifs.control.wire import HEADER, ProtocolError, body_length, decode, encode
-from aifs.errors import FsError
+from aifs.control.dispatch import Dispatcher, Handler, failure
+from aifs.control.wire import HEADER, ProtocolError, body_length, encode
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[..., Awaitable[object]]
-
 
 async def _receive_exactly(stream: trio.SocketStream, count: int) -> bytes | None:
+    """`count` bytes, or None when the peer closes its end first."""
     data = bytearray()
     while len(data) < count:
         chunk = await stream.receive_some(count - len(data))
@@ -31,7 +33,7 @@ class ControlServer:
 
     def __init__(self, socket_path: Path, handlers: dict[str, Handler]) -> None:
         self.socket_path = socket_path
-        self.handlers = handlers
+        self.dispatcher = Dispatcher(handlers)
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         if self.socket_path.exists():
@@ -49,26 +51,22 @@ class ControlServer:
 
     async def _serve_one(self, stream: trio.SocketStream) -> None:
         async with stream:
-            while True:
-                header = await _receive_exactly(stream, HEADER.size)
-                if header is None:
-                    return
-                try:
-                    body = await _receive_exactly(stream, body_length(header))
-                    if body is None:
-                        return
-                    reply = await self._dispatch(decode(body))
-                except ProtocolError as e:
-                    reply = {"ok": False, "error": str(e)}
-                await stream.send_all(encode(reply))
+            try:
+                await self._converse(stream)
+            except trio.BrokenResourceError as e:
+                log.debug("a control client went away: %s", e)
 
-    async def _dispatch(self, request: dict) -> dict:
-        handler = self.handlers.get(request.get("op"))
-        if handler is None:
-            return {"ok": False, "error": f"unknown control operation {request.get('op')!r}"}
-        try:
-            return {"ok": True, "result": await handler(**request.get("args", {}))}
-        except FsError as e:
-            return {"ok": False, "error": str(e), "errno": e.errno}
-        except (TypeError, ValueError) as e:
-            return {"ok": False, "error": f"bad arguments for {request['op']}: {e}", "errno": errno.EINVAL}
+    async def _converse(self, stream: trio.SocketStream) -> None:
+        while True:
+            header = await _receive_exactly(stream, HEADER.size)
+            if header is None:
+                return
+            try:
+                length = body_length(header)
+            except ProtocolError as e:
+                await stream.send_all(encode(failure(f"{e}; closing the connection")))
+                return
+            body = await _receive_exactly(stream, length)
+            if body is None:
+                return
+            await stream.send_all(await self.dispatcher.reply(body))

@@ -20,12 +20,16 @@ def encode(message: dict) -> bytes:
 def body_length(header: bytes) -> int:
     (length,) = HEADER.unpack(header)
     if length > MAX_MESSAGE:
-        raise ProtocolError(f"control message of {length} bytes is larger than {MAX_MESSAGE}")
+        raise ProtocolError(f"a control message of {length} bytes is larger than the limit of {MAX_MESSAGE}")
     return length
 
 
 def decode(body: bytes) -> dict:
-    message = msgpack.unpackb(body)
+    """The map in `body`; every way msgpack can fail on bad bytes is a ValueError."""
+    try:
+        message = msgpack.unpackb(body)
+    except ValueError as e:
+        raise ProtocolError(f"a control message must be msgpack: {e}") from None
     if not isinstance(message, dict):
-        raise ProtocolError("a control message must be a map")
+        raise ProtocolError(f"a control message must be a map, not {type(message).__name__}")
     return message

@@ -3,11 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm import tqdm
-
-
-def human(nbytes: int) -> str:
-    return tqdm.format_sizeof(nbytes, "B", 1024)
+from aifs.units import size
 
 
 @dataclass
@@ -22,7 +18,7 @@ class Stray:
 
     def line(self) -> str:
         done = "deleted" if self.deleted else f"failed: {self.error}" if self.error else "kept"
-        return f"stray object {self.location}: {self.size} bytes ({human(self.size)}), {done}"
+        return f"stray object {self.location}: {self.size} bytes ({size(self.size)}), {done}"
 
     def as_json(self) -> dict[str, Any]:
         return {"block": f"{self.block_id:016x}", "object": self.location, "bytes": self.size,
@@ -51,7 +47,7 @@ class GcReport:
 
     def line(self) -> str:
         found = (f"{len(self.strays)} unreferenced of {self.objects} objects, "
-                 f"{self.stray_bytes} bytes ({human(self.stray_bytes)})")
+                 f"{self.stray_bytes} bytes ({size(self.stray_bytes)})")
         if not self.strays:
             action = "nothing to do"
         elif not self.delete:

@@ -47,6 +47,12 @@ class CircuitBreaker:
                 return "closed"
             return "half-open" if self._probing else "open"
 
+    @property
+    def last_error(self) -> str:
+        """The error of the last failed request ("" before any failed)."""
+        with self._lock:
+            return self._last_error
+
     def admit(self) -> float:
         """Raise CircuitOpen unless a request may be sent now; the caller must then report
         its outcome with succeeded() or failed(), giving failed() the time returned here."""

@@ -1,14 +1,26 @@
-"""What the control channel can ask of a running volume: status, sync, per-file state, pins."""
+"""What the control channel can ask of a running volume: status, sync, per-file state, pins.
+
+The type hints are the control protocol: the control server checks every request against
+them (aifs.control.dispatch) before a handler runs. Every request is bounded in time except
+those that load data (pin, warmup), which the CLI splits into batches.
+"""
 
 import stat
 import time
 from collections.abc import Iterator
+from typing import Annotated, Literal
 
-from aifs.errors import FsError
-from aifs.vfs.loading import Loaded, load_blocks, unique_blocks
+import trio
+from pydantic import Field
+
+from aifs.meta.attrs import BlockRef
+from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, tier_named, unique_blocks
+from aifs.vfs.status import durable_health, status_report
 from aifs.vfs.volume import Volume
 
-HOTTEST = 10
+Inode = Annotated[int, Field(ge=1, lt=1 << 64)]
+TierName = Literal["ram", "nvme"]
+SYNC_WAIT_S = 1.0  # the longest one sync request waits for uploads before it reports
 
 
 class Admin:
@@ -31,81 +43,67 @@ class Admin:
         """Every regular file at or below these inodes, once each."""
         return sorted({f for ino in inodes for f in self._files_under(ino)})
 
-    async def sync(self, inodes: list[int], wait: bool = False) -> dict:
-        """Seal open files under the paths, report what is not yet durable, optionally wait for it."""
+    async def sync(self, inodes: list[Inode], wait: bool = False) -> dict:
+        """Seal open files under the paths and report what is not yet durable; with `wait`,
+        first wait up to SYNC_WAIT_S for it to be uploaded (the caller asks again until
+        nothing is pending, and sees the durable tier's health meanwhile)."""
         files = self.files_under(inodes)
         for ino in files:
             of = self.vol.files.get(ino)
             if of is not None:
                 await self.vol.flush(of)
-        pending = self.vol.pending_blocks(files)
-        report = {"files": len(files), "pending_blocks": len(pending),
-                  "pending_bytes": self.vol.tiers.nvme.bytes_of(pending)}
         if wait:
-            await self.vol.upload_now(files)
-        return report
+            with trio.move_on_after(SYNC_WAIT_S):
+                await self.vol.upload_now(files)
+        pending = self.vol.pending_blocks(files)
+        return {"files": len(files), "pending_blocks": len(pending),
+                "pending_bytes": self.vol.tiers.nvme.bytes_of(pending),
+                "durable": {"tier": self.vol.tiers.cold.name, **durable_health(self.vol.tiers.cold)}}
 
-    async def file_state(self, ino: int) -> dict:
+    async def file_state(self, ino: Inode) -> dict:
+        self.vol.meta.getattr(ino)  # a file that does not exist is in no state at all (ENOENT)
         return self.vol.file_state(ino)
 
     async def status(self) -> dict:
-        tiers = self.vol.tiers
-        uploader = self.vol.uploader
-        pending = uploader.pending
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        return {
-            "state_dir": str(self.vol.state_dir),
-            "tiers": {
-                tier.name: {"used": tier.used(), "capacity": tier.capacity,
-                            "hits": tiers.stats[tier.name].hits, "bytes_read": tiers.stats[tier.name].bytes_read}
-                for tier in tiers.tiers
-            },
-            "dirty_bytes": tiers.nvme.dirty_bytes(),
-            "pending_blocks": len(pending),
-            "pending_bytes": tiers.nvme.bytes_of(pending),
-            "uploaded_blocks": uploader.uploaded_blocks,
-            "uploaded_bytes": uploader.uploaded_bytes,
-            "upload_rate": uploader.uploaded_bytes / elapsed,
-            "open_files": len(self.vol.files.all()),
-            "pinned": self.vol.pinner.status(),
-            "readahead": self.vol.prefetch.status(),
-            "hottest_files": self.hottest_files(),
-        }
+        return status_report(self.vol, self.started)
 
-    def hottest_files(self, count: int = HOTTEST) -> list[dict]:
-        """The most used files lately; the path when the mount has seen it, else only the inode."""
-        heat = self.vol.data.heat.files
-        hottest = []
-        for ino, value in heat.hottest(2 * count):
-            if len(hottest) == count:
-                break
-            try:
-                self.vol.meta.getattr(ino)
-            except FsError:  # deleted since: forget it
-                heat.forget(ino)
-                continue
-            hottest.append({"inode": ino, "path": self.vol.names.path_of(ino), "heat": round(value, 3)})
-        return hottest
-
-    async def pin(self, inodes: list[int], tier: str) -> dict:
+    async def pin(self, inodes: list[Inode], tier: TierName) -> dict:
         """Pin every file under the paths to `tier` and load them there before answering."""
         files = self.files_under(inodes)
         done = await self.vol.pinner.pin(files, tier)
-        return {"files": len(files), "tier": tier, "loaded_bytes": done.loaded, "warm_bytes": done.warm}
+        return {"files": len(files), "tier": tier, "loaded_bytes": done.loaded, "warm_bytes": done.warm,
+                "missed_bytes": done.missed}
 
-    async def warmup(self, inodes: list[int], tier: str = "nvme") -> dict:
+    async def warmup(self, inodes: list[Inode], tier: TierName = "nvme") -> dict:
         """Load the files under these inodes into `tier`; blocks already there cost nothing."""
         files = self.files_under(inodes)
         done = Loaded()
         for ino in files:
-            refs = unique_blocks(self.vol.meta.all_block_refs(ino))
-            done.add(await load_blocks(self.vol.tiers, refs, tier))
+            done.add(await load_blocks(self.vol.tiers, self._blocks(ino), tier))
         return {"files": len(files), "loaded_bytes": done.loaded, "warm_bytes": done.warm}
 
-    async def unpin(self, inodes: list[int]) -> dict:
+    async def resident(self, inodes: list[Inode], tier: TierName) -> dict:
+        """How much of the files under these inodes `tier` holds now: what a warmup left there
+        once later blocks had pushed out earlier ones."""
+        target = tier_named(self.vol.tiers, tier)
+        files = self.files_under(inodes)
+        total = missing = short_files = 0
+        for ino in files:
+            refs = self._blocks(ino)
+            absent = missing_bytes(target, refs)
+            total += sum(ref.length for ref in refs)
+            missing += absent
+            short_files += absent > 0
+        return {"files": len(files), "bytes": total, "missing_bytes": missing, "missing_files": short_files,
+                "capacity": target.capacity}
+
+    def _blocks(self, ino: int) -> list[BlockRef]:
+        return unique_blocks(self.vol.meta.all_block_refs(ino))
+
+    async def unpin(self, inodes: list[Inode]) -> dict:
         files = self.files_under(inodes)
         return {"files": len(files), "unpinned": self.vol.pinner.unpin(files)}
 
     def handlers(self) -> dict:
         return {"status": self.status, "sync": self.sync, "file_state": self.file_state,
-                "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup}
+                "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident}

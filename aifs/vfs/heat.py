@@ -1,9 +1,10 @@
 """Heat: how much a file or block is used lately, decaying exponentially with time.
 
-Each access adds one; heat halves every `half_life` seconds without use, so a
-dataset read every epoch stays warm while last week's one cools off. Decay is
-applied lazily when an entry is touched or read. The table is bounded: when it
-overflows, the coldest half is forgotten.
+Each access (a file's open, or a read that reaches the mount) adds one; heat halves
+every `half_life` seconds without use, so a dataset read every epoch stays warm
+while last week's one cools off. Decay is applied lazily when an entry is touched
+or read. The table lives in memory: it starts empty at every mount. It is bounded:
+when it overflows, the coldest half is forgotten.
 """
 
 import heapq
@@ -18,6 +19,7 @@ MAX_ENTRIES = 200_000
 class Heat:
     def __init__(self, half_life: float = HALF_LIFE_S, max_entries: int = MAX_ENTRIES,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.half_life = half_life
         self._rate = math.log(2) / half_life
         self.max_entries = max_entries
         self._clock = clock

@@ -1,0 +1,114 @@
+"""What `aifs status` reports of a running volume: each tier's figures and health, the
+metadata's health, uploads, pins, readahead and the hottest files.
+
+Nothing here waits on the network: health comes from the circuit breakers the tiers
+keep anyway, and the remote tier's figures from its background refreshes.
+"""
+
+import time
+from typing import Any
+
+from aifs.errors import FsError
+from aifs.meta import MetaEngine
+from aifs.tiers.objstore import LocalObjectStore
+from aifs.tiers.protocol import ColdTier
+from aifs.vfs.volume import Volume
+
+HOTTEST = 10
+
+
+def durable_health(cold: ColdTier) -> dict[str, Any]:
+    """Whether the durable tier answers: an S3 tier by its circuit breaker (up only while it is
+    closed); a local object store is always up."""
+    breaker = getattr(cold, "breaker", None)
+    if breaker is None:
+        return {"up": True}
+    state = breaker.state
+    return {"up": state == "closed", "breaker": state, "last_error": breaker.last_error or None}
+
+
+def remote_health(remote: Any) -> dict[str, Any]:
+    """The flash servers as their circuit breakers see them; the tier is up while one is."""
+    now = time.monotonic()
+    servers = [{"server": s["server"], "up": s["up"], "failures": s["failures"],
+                "down_for_s": None if s["down_since"] is None else round(now - s["down_since"], 1)}
+               for s in remote.status()]
+    return {"up": any(s["up"] for s in servers), "servers": servers}
+
+
+def metadata_health(meta: MetaEngine) -> dict[str, Any]:
+    """A metadata store that failed a write turns the volume read-only; its reason, if it did."""
+    failure = getattr(meta.kv, "write_failure", None)
+    return {"writable": failure is None, "write_failure": failure}
+
+
+def durable_used(volume: Volume) -> tuple[int, str]:
+    """Bytes in the durable tier and where the figure comes from. A local store counts its
+    objects; a bucket cannot be asked cheaply, so the figure is the volume's data by its
+    metadata (which survives remounts) less the bytes still waiting for upload."""
+    cold = volume.tiers.cold
+    if isinstance(cold, LocalObjectStore):
+        return cold.used(), "store"
+    _, held = volume.meta.volume_stats()
+    return max(held - volume.tiers.nvme.bytes_of(volume.uploader.pending), 0), "metadata"
+
+
+def tier_reports(volume: Volume) -> dict[str, dict[str, Any]]:
+    """Every configured tier, top to bottom (a RAM tier of no capacity is none)."""
+    tiers = volume.tiers
+    reports = {}
+    for tier in tiers.tiers:
+        if tier is tiers.ram and tier.capacity == 0:
+            continue
+        stats = tiers.stats[tier.name]
+        report = {"used": tier.used(), "capacity": tier.capacity, "hits": stats.hits,
+                  "bytes_read": stats.bytes_read, "up": True}
+        if tier is tiers.cold:
+            report["used"], report["used_from"] = durable_used(volume)
+            report.update(durable_health(tier))
+        elif tiers.remote is not None and tier.name == tiers.remote.name:
+            report.update(remote_health(tiers.remote))
+        reports[tier.name] = report
+    return reports
+
+
+def hottest_files(volume: Volume, count: int = HOTTEST) -> list[dict[str, Any]]:
+    """The most used files lately, with a path when the mount has seen one since it started
+    (the name cache learns paths from lookups; a file's inode has no parent pointer)."""
+    heat = volume.data.heat.files
+    hottest = []
+    for ino, value in heat.hottest(2 * count):
+        if len(hottest) == count:
+            break
+        try:
+            volume.meta.getattr(ino)
+        except FsError:  # deleted since: forget it
+            heat.forget(ino)
+            continue
+        hottest.append({"inode": ino, "path": volume.names.path_of(ino), "heat": round(value, 3)})
+    return hottest
+
+
+def status_report(volume: Volume, started: float) -> dict[str, Any]:
+    """The whole report; counters of uploads and readahead are totals since `started` (the mount)."""
+    tiers = volume.tiers
+    uploader = volume.uploader
+    pending = uploader.pending
+    mounted_s = max(time.monotonic() - started, 1e-9)
+    return {
+        "state_dir": str(volume.state_dir),
+        "mounted_s": round(mounted_s, 1),
+        "metadata": metadata_health(volume.meta),
+        "tiers": tier_reports(volume),
+        "dirty_bytes": tiers.nvme.dirty_bytes(),
+        "pending_blocks": len(pending),
+        "pending_bytes": tiers.nvme.bytes_of(pending),
+        "uploaded_blocks": uploader.uploaded_blocks,
+        "uploaded_bytes": uploader.uploaded_bytes,
+        "upload_rate": uploader.uploaded_bytes / mounted_s,
+        "open_files": len(volume.files.all()),
+        "pinned": volume.pinner.status(),
+        "readahead": volume.prefetch.status(),
+        "hottest_files": hottest_files(volume),
+        "heat_half_life_s": volume.data.heat.files.half_life,
+    }
