@@ -8,6 +8,7 @@ import logging
 import pyfuse3
 
 from aifs.errors import FsError
+from aifs.meta.writestate import MetaWriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ def _translate(handler):
         except pyfuse3.FUSEError:
             raise
         except FsError as e:
-            if e.errno == errno.EIO:
+            if e.errno == errno.EIO and not isinstance(e, MetaWriteFailed):  # the store logs its own, once
                 log.error("%s: %s", handler.__name__, e)
             raise pyfuse3.FUSEError(e.errno) from None
         except OSError as e:

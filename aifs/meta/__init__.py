@@ -3,5 +3,6 @@
 from aifs.meta.attrs import Inode
 from aifs.meta.engine import MetaEngine
 from aifs.errors import FsError
+from aifs.meta.writestate import MetaWriteFailed
 
-__all__ = ["FsError", "Inode", "MetaEngine"]
+__all__ = ["FsError", "Inode", "MetaEngine", "MetaWriteFailed"]

@@ -22,6 +22,7 @@ from aifs.meta.names import NAME_MAX, check_name
 from aifs.meta.pins import PinOps
 from aifs.meta.txn import Txn
 from aifs.meta.usage import Usage
+from aifs.meta.writestate import MetaWriteFailed
 from aifs.meta.xattrs import XattrOps
 
 ROOT_INO = 1
@@ -56,6 +57,13 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     def sync(self) -> None:
         self.kv.sync()
+
+    def check_writable(self) -> None:
+        """Raise MetaWriteFailed while the store cannot take changes (it may reopen here)."""
+        self.kv.check_writable()
+
+    def writable(self) -> bool:
+        return self.kv.writable()
 
     def _load_or_format(self, block_size: int) -> dict:
         stored = self.kv.get(_VOLUME_KEY)
@@ -335,11 +343,15 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         return node
 
     def set_atime(self, ino: int, atime_ns: int) -> None:
-        """Record an access; unlike other changes this leaves ctime alone."""
+        """Record an access; unlike other changes this leaves ctime alone. An access is not
+        worth failing a read for: while the store cannot write, it goes unrecorded."""
         txn = Txn(self.kv)
         txn.inode(ino).atime_ns = atime_ns
         txn.changed(ino)
-        txn.commit()
+        try:
+            txn.commit()
+        except MetaWriteFailed:
+            pass
 
     def volume_stats(self) -> tuple[int, int]:
         """(inodes, bytes held by blocks) across the volume."""

@@ -18,11 +18,15 @@ class IdAllocator:
         self._limit = self._next
 
     def next(self) -> int:
+        """The next id. None is handed out while the store cannot record what it would name
+        (MetaWriteFailed): a writer stages no block that no commit could refer to."""
+        self._kv.check_writable()
         if self._next >= self._limit:
-            self._limit = self._next + self._chunk
+            limit = self._next + self._chunk
             batch = Batch()
-            batch.put(self._key, keys.u64(self._limit))
+            batch.put(self._key, keys.u64(limit))
             self._kv.commit(batch)
+            self._limit = limit
         value = self._next
         self._next += 1
         return value

@@ -1,4 +1,4 @@
-"""Key layout of the metadata store (DESIGN section 2).
+"""Key layout of the metadata store (docs/architecture.md).
 
 Inode numbers and block ids are big-endian u64 so prefix scans stay ordered.
 Every key that belongs to an inode carries that inode right after its tag; the

@@ -2,13 +2,20 @@
 
 Shards are column families of one RocksDB: they share one WAL, so a WriteBatch that
 spans shards is still atomic, while memtables and compaction run per shard.
+
+A write that fails (a full disk, an I/O error) breaks RocksDB's WAL writer until the
+database is reopened, so the store turns read-only for changes, keeps serving reads, and
+reopens itself once writes can succeed again (aifs.meta.writestate).
 """
 
-from collections.abc import Iterator
+import errno
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
     Options,
@@ -18,18 +25,21 @@ from rocksdict import (
 )
 
 from aifs.meta.keys import is_owned_tag, owner
+from aifs.meta.snapshot_view import ReadOnlyView
+from aifs.meta.writestate import MetaWriteFailed, WriteState, classify, sync_wal_files
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _CACHE_BYTES = 256 << 20
 
 
 class Batch:
-    """Puts and deletes that commit together or not at all."""
+    """Puts and deletes that commit together or not at all, and what to do once they have."""
 
-    __slots__ = ("ops",)
+    __slots__ = ("_on_commit", "ops")
 
     def __init__(self) -> None:
         self.ops: dict[bytes, bytes | None] = {}
+        self._on_commit: list[Callable[[], None]] = []
 
     def put(self, key: bytes, value: bytes) -> None:
         self.ops[key] = value
@@ -37,9 +47,21 @@ class Batch:
     def delete(self, key: bytes) -> None:
         self.ops[key] = None
 
+    def on_commit(self, apply: Callable[[], None]) -> None:
+        """Run `apply` once the batch is stored: what memory mirrors of the store changes
+        with it, and stays as it was when the store refuses the batch."""
+        self._on_commit.append(apply)
+
+    def committed(self) -> None:
+        for apply in self._on_commit:
+            apply()
+
 
 class KVStore(Protocol):
-    """What MetaEngine needs from a store; a network backend implements the same."""
+    """What MetaEngine needs from a store; a network backend implements the same.
+
+    `commit` stores a batch atomically and then runs its on-commit hooks; a store that cannot
+    write raises MetaWriteFailed (ENOSPC or EIO) and stays readable."""
 
     def get(self, key: bytes) -> bytes | None: ...
 
@@ -48,6 +70,13 @@ class KVStore(Protocol):
     def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]: ...
 
     def commit(self, batch: Batch) -> None: ...
+
+    def check_writable(self) -> None: ...
+
+    def writable(self) -> bool: ...
+
+    @property
+    def write_failure(self) -> str | None: ...
 
     def sync(self) -> None: ...
 
@@ -63,37 +92,91 @@ def _options(cache: Cache) -> Options:
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.set_max_background_jobs(2)
+    opts.set_keep_log_file_num(16)  # each reopen of a store that failed rotates RocksDB's info log
     return opts
 
 
 class ShardedRocksKV:
-    """KVStore over RocksDB column families `s0..sN-1`; `meta` holds volume-wide keys."""
+    """KVStore over RocksDB column families `s0..sN-1`; `meta` holds volume-wide keys.
 
-    def __init__(self, path: Path, shards: int) -> None:
-        cache = Cache(_CACHE_BYTES)
-        opts = _options(cache)
-        names = [f"s{i}" for i in range(shards)]
-        existing = Rdict.list_cf(str(path), opts) if (path / "CURRENT").exists() else []
+    `read_only` (fsck without --repair) opens a ReadOnlyView of the directory, so nothing in
+    it changes; writes then fail. A store whose disk is full when it opens serves reads from
+    such a view until it can be reopened for writes.
+
+    Commits and reads come from one thread (the mount's event loop), and so do reopens;
+    `sync` may run on another thread, so it and a reopen hold `_lock`.
+    """
+
+    def __init__(self, path: Path, shards: int, read_only: bool = False) -> None:
+        self._path = path
+        self._cache = Cache(_CACHE_BYTES)
+        self._names = [f"s{i}" for i in range(shards)]
+        existing = Rdict.list_cf(str(path), _options(self._cache)) if (path / "CURRENT").exists() else []
         stored = [n for n in existing if n.startswith("s")]
         if stored and len(stored) != shards:
             raise ValueError(
                 f"metadata at {path} has {len(stored)} shards, config says meta.shards = {shards}; "
                 "the shard count is fixed when a volume is formatted"
             )
-        families = {name: _options(cache) for name in [*names, "meta"]}
-        self._db = Rdict(str(path), opts, column_families=families)
-        self._handles = [self._db.get_column_family_handle(n) for n in names]
-        self._families = [self._db.get_column_family(n) for n in names]
-        self._meta_handle = self._db.get_column_family_handle("meta")
-        self._meta = self._db.get_column_family("meta")
+        self._read_only = read_only
+        self._state = WriteState(path)
+        self._lock = threading.RLock()
         self._write_opts = WriteOptions()
         self._write_opts.sync = False
+        self._view: ReadOnlyView | None = None
+        if read_only:
+            self._open(read_only=True)
+        else:
+            self._open_for_writes()
+
+    def _open(self, read_only: bool) -> None:
+        """Open the database (with `read_only`, a ReadOnlyView of it) and its families."""
+        opts = _options(self._cache)
+        families = {name: _options(self._cache) for name in [*self._names, "meta"]}
+        if read_only:
+            self._view = ReadOnlyView(self._path)
+            try:
+                self._db = Rdict(str(self._view.path), opts, column_families=families,
+                                 access_type=AccessType.read_only())
+            except Exception:
+                self._view.close()
+                self._view = None
+                raise
+        else:
+            self._db = Rdict(str(self._path), opts, column_families=families)
+        self._handles = [self._db.get_column_family_handle(n) for n in self._names]
+        self._families = [self._db.get_column_family(n) for n in self._names]
+        self._meta_handle = self._db.get_column_family_handle("meta")
+        self._meta = self._db.get_column_family("meta")
+
+    def _open_for_writes(self) -> None:
+        """Open for writes; an existing store on a full disk (its WAL cannot be replayed
+        into tables) opens read-only instead, and reopens once there is room."""
+        try:
+            self._open(read_only=False)
+        except Exception as e:
+            if not (self._path / "CURRENT").exists() or classify(e, self._path).errno != errno.ENOSPC:
+                raise
+            self._state.failed(e, wal_intact=True)
+            self._open(read_only=True)
+
+    def _close_db(self) -> None:
+        del self._families, self._handles, self._meta, self._meta_handle
+        try:
+            self._db.close()
+        except Exception:  # a DB whose writer failed says so again as it closes; it is closed all the same
+            if self._state.failure is None:
+                raise
+        del self._db
+        if self._view is not None:
+            self._view.close()
+            self._view = None
 
     def _shard(self, key: bytes) -> int | None:
         ino = owner(key)
         if ino is None:
             return None
-        return ((ino * _GOLDEN) & 0xFFFFFFFFFFFFFFFF) % len(self._families)
+        return ((ino * _GOLDEN) & 0xFFFFFFFFFFFFFFFF) % len(self._names)
 
     def _family(self, key: bytes) -> Rdict:
         shard = self._shard(key)
@@ -134,22 +217,83 @@ class ShardedRocksKV:
         finally:
             del it
 
+    # -- writes ------------------------------------------------------------
+
+    @property
+    def write_failure(self) -> str | None:
+        """None while writes succeed; otherwise why the metadata is read-only, in one line."""
+        failure = self._state.failure
+        return None if failure is None else failure.reason
+
+    def check_writable(self) -> None:
+        """Raise MetaWriteFailed unless writes can go through now. After a failure this is
+        where the database is reopened, once the disk has room again."""
+        if self._read_only:
+            raise MetaWriteFailed(errno.EROFS, f"the metadata in {self._path} is open read-only")
+        if self._state.failure is not None and not (self._state.may_retry() and self._reopen()):
+            raise self._state.failure
+
+    def writable(self) -> bool:
+        try:
+            self.check_writable()
+        except MetaWriteFailed:
+            return False
+        return True
+
+    def _reopen(self) -> bool:
+        """Close the failed database and open it again; when that fails too, reads go on
+        from a read-only view of it."""
+        with self._lock:
+            self._close_db()
+            try:
+                self._open(read_only=False)
+            except Exception as e:  # noqa: BLE001 - rocksdict raises RocksDB's errors as plain Exception
+                self._state.reopen_failed(e)
+                self._open(read_only=True)
+                return False
+            self._state.recovered()
+        return True
+
     def commit(self, batch: Batch) -> None:
-        if not batch.ops:
-            return
-        wb = WriteBatch(raw_mode=True)
-        for key, value in batch.ops.items():
-            if value is None:
-                wb.delete(key, self._handle(key))
-            else:
-                wb.put(key, value, self._handle(key))
-        self._db.write(wb, self._write_opts)
+        if batch.ops:
+            self.check_writable()
+            wb = WriteBatch(raw_mode=True)
+            for key, value in batch.ops.items():
+                if value is None:
+                    wb.delete(key, self._handle(key))
+                else:
+                    wb.put(key, value, self._handle(key))
+            try:
+                self._db.write(wb, self._write_opts)
+            except Exception as e:  # noqa: BLE001 - rocksdict raises RocksDB's errors as plain Exception
+                raise self._state.failed(e, wal_intact=True) from None
+        batch.committed()
 
     def sync(self) -> None:
-        """Make every committed batch durable (fsync of the shared WAL)."""
-        self._db.flush_wal(True)
+        """Make every committed batch durable (fsync of the shared WAL). A store that turned
+        read-only for lack of space fsyncs the WAL files itself: all it acknowledged is in them."""
+        with self._lock:
+            if self._state.failure is None:
+                try:
+                    self._db.flush_wal(True)
+                    return
+                except Exception as e:  # noqa: BLE001 - rocksdict raises RocksDB's errors as plain Exception
+                    self._state.failed(e, wal_intact=False)
+            if not self._state.wal_intact:
+                raise self._state.failure
+            try:
+                sync_wal_files(self._path)
+            except OSError as e:
+                raise MetaWriteFailed(errno.EIO, f"{self._state.failure.reason}; and its WAL could not "
+                                                 f"be synced: {e}") from None
 
     def close(self) -> None:
-        self._db.flush_wal(True)
-        del self._families, self._handles, self._meta, self._meta_handle
-        self._db.close()
+        """Make what was committed durable, then close; a store that cannot write is
+        reopened first when its disk has room again."""
+        try:
+            if not self._read_only:
+                self.writable()
+                self.sync()
+        finally:
+            with self._lock:
+                self._close_db()

@@ -2,12 +2,13 @@
 
 Writes gather in per-file block buffers. A buffer is sealed when its block is full
 or on flush/fsync/close: a new block id, staged on NVMe, then one metadata commit
-of the block refs, the size and the pending uploads (DESIGN section 4).
+of the block refs, the size and the pending uploads (docs/architecture.md).
 """
 
 import time
 from collections.abc import Callable
 
+from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.checksum import chunk_span
@@ -167,10 +168,24 @@ class FileData:
             buf.truncate(max(of.size - index * self.bs, 0))
             refs[index] = await self._stage_buffer(buf, self._keep_in_ram(of.ino))
             of.unsynced.append(refs[index].block_id)
-        self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
+        try:
+            self.meta.commit_blocks(of.ino, refs, of.size, of.mtime_ns)
+        except FsError:
+            await self._drop_staged(list(refs.values()))
+            raise
         self._committed(of.ino, list(refs.values()))
         for index in indexes:
             of.dirty.pop(index).release()
+
+    async def _drop_staged(self, refs: list[BlockRef]) -> None:
+        """Blocks staged for a commit the metadata refused (its disk is full): nothing refers
+        to them, so they leave the tiers now instead of holding staging room as dirty."""
+        if not refs:
+            return
+        try:
+            await self.tiers.delete([ref.block_id for ref in refs])
+        except OSError:  # only the durable tier's copy, which no upload ever made, failed to go
+            pass
 
     async def _stage_buffer(self, buf: BlockBuffer, keep: bool) -> BlockRef:
         """Stage a buffer's bytes. A private bytearray itself becomes the block kept in RAM:
@@ -204,7 +219,11 @@ class FileData:
                 cut = (index, await self._stage([data]))
                 if of is not None:
                     of.unsynced.append(cut[1].block_id)
-        self.meta.truncate(ino, size, cut)
+        try:
+            self.meta.truncate(ino, size, cut)
+        except FsError:
+            await self._drop_staged([cut[1]] if cut is not None else [])
+            raise
         if cut is not None:
             self._committed(ino, [cut[1]])
         if of is not None:

@@ -11,6 +11,7 @@ import logging
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
+from aifs.meta.writestate import MetaWriteFailed
 from aifs.tiers.manager import TierManager
 from aifs.vfs.loading import TIER_NAMES, Loaded, load_blocks, tier_named, unique_blocks
 
@@ -77,11 +78,11 @@ class Pinner:
         old = self.pins.get(ino)
         if old == tier:
             return
+        self.meta.set_pin(ino, tier)  # first: a refused write leaves the tiers as they were
         refs = self._blocks(ino)
         blocks = [ref.block_id for ref in refs]
         if old is not None:
             tier_named(self.tiers, old).unpin(blocks)
-        self.meta.set_pin(ino, tier)
         self.pins[ino] = tier
         self._sizes[ino] = sum(ref.length for ref in refs)
         tier_named(self.tiers, tier).pin(blocks)
@@ -97,19 +98,23 @@ class Pinner:
             log.warning("rule pin of inode %d skipped (not retried until the next mount): %s", ino, e)
             self._refused.add(ino)
             return False
-        self._mark(ino, tier)
+        try:
+            self._mark(ino, tier)
+        except MetaWriteFailed:  # the metadata cannot be written now: a later open pins it
+            return False
         return True
 
     def unpin(self, inodes: list[int]) -> int:
         """Unpin files; their blocks become ordinary cache entries. Returns how many were pinned."""
         count = 0
         for ino in inodes:
+            if ino in self.pins:
+                self.meta.clear_pin(ino)  # first: a refused write leaves the pin as it was
             tier = self.pins.pop(ino, None)
             self._sizes.pop(ino, None)
             if tier is None:
                 continue
             tier_named(self.tiers, tier).unpin([ref.block_id for ref in self._blocks(ino)])
-            self.meta.clear_pin(ino)
             count += 1
         return count
 

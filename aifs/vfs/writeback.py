@@ -3,9 +3,14 @@
 Both work from queues in the metadata (`U` and `G` keys), so a crash loses no
 work: on the next mount the queues are read back and the loops resume. While
 mounted, the upload queue is mirrored in memory so it is never rescanned.
+
+While the metadata cannot be written (its disk is full) both keep their work: uploads go
+on, their records wait to be cleared, and retired blocks stay queued; each picks up again
+once the store takes writes.
 """
 
 import logging
+import math
 
 import trio
 
@@ -13,6 +18,7 @@ from aifs.config.models import WritebackConfig
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
+from aifs.meta.writestate import MetaWriteFailed
 from aifs.tiers.manager import TierManager
 from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.pacing import TokenBucket
@@ -53,7 +59,9 @@ class Uploader:
     While writers stage blocks only `uploads_beside_writers` of the uploads run (none by
     default): on a node that shares its cores with the S3 server, or whose disk is slow,
     uploads beside the writers slow every close down more than they bring durability forward.
-    A failed upload pauses new ones for RETRY_S; the block stays queued.
+    A failed upload pauses new ones for RETRY_S; the block stays queued. A group whose flush
+    or commit fails stays uploaded-but-queued and is committed again RETRY_S later, so nothing
+    counts as uploaded that the metadata does not record as such.
     """
 
     def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles,
@@ -69,6 +77,7 @@ class Uploader:
         self._in_flight: set[int] = set()
         self._uploaded: list[int] = []  # uploaded (or abandoned), not committed yet
         self._paused_until = float("-inf")
+        self._commit_failure: FsError | OSError | None = None  # of the last group, until one commits
         self._wake = trio.Event()
         self._finished = trio.Event()
         self._progress = trio.Event()
@@ -98,7 +107,11 @@ class Uploader:
         self._wake.set()
 
     async def wait_uploaded(self, block_ids: list[int]) -> None:
+        """Until these blocks are uploaded and recorded; raises the failure of the commit that
+        could not record them (a full metadata disk) rather than wait it out."""
         while self.pending_of(block_ids):
+            if self._commit_failure is not None:
+                raise self._commit_failure
             await self._progress.wait()
 
     async def run(self) -> None:
@@ -162,20 +175,38 @@ class Uploader:
         """Flush what finished to durability, then clear its queue records, in one go; the
         uploads that finish meanwhile make the next group."""
         while True:
-            await self._finished.wait()
-            self._finished = trio.Event()
+            await self._group_due()
             done = self._uploaded[:]
-            if not done:
-                continue
-            await self.tiers.uploads_durable(done)
-            self.meta.uploads_done(done)
-            self.uploaded_blocks += len(done)
-            del self._uploaded[:len(done)]
-            for block_id in done:
-                self._queue.pop(block_id, None)
-                self._urgent.discard(block_id)
+            if done and await self._commit_group(done):
+                self.uploaded_blocks += len(done)
+                del self._uploaded[:len(done)]
+                for block_id in done:
+                    self._queue.pop(block_id, None)
+                    self._urgent.discard(block_id)
             self._progress.set()
             self._progress = trio.Event()
+
+    async def _group_due(self) -> None:
+        """Until an upload finishes; after a failed commit, RETRY_S at most."""
+        with trio.move_on_after(RETRY_S if self._commit_failure is not None else math.inf):
+            await self._finished.wait()
+        self._finished = trio.Event()
+
+    async def _commit_group(self, done: list[int]) -> bool:
+        """Make a group durable and clear its records; False (the group stays) when either
+        fails. A refused metadata write is logged by the store, once; other failures here."""
+        try:
+            self.meta.check_writable()  # no flush for a commit the store would refuse
+            await self.tiers.uploads_durable(done)
+            self.meta.uploads_done(done)
+        except (FsError, OSError) as e:
+            if self._commit_failure is None and not isinstance(e, MetaWriteFailed):
+                log.warning("committing %d uploaded blocks failed: %s; retrying every %.0f s",
+                            len(done), e, RETRY_S)
+            self._commit_failure = e
+            return False
+        self._commit_failure = None
+        return True
 
 
 class GarbageCollector:
@@ -187,9 +218,28 @@ class GarbageCollector:
         self.files = files
 
     async def run(self) -> None:
+        """Every GC_PERIOD_S: orphans, then garbage. Asking whether the metadata takes writes
+        is also what reopens a store that failed, once its disk has room again, even while
+        nothing else writes."""
         while True:
-            await self.collect()
+            if self.meta.writable():
+                self.reclaim_orphans()
+                await self.collect()
             await trio.sleep(GC_PERIOD_S)
+
+    def reclaim_orphans(self) -> int:
+        """Free the orphans no handle holds: left by a crash, or by a last close whose
+        reclaim the metadata refused. Stops at a refused write (tried again next round)."""
+        freed = 0
+        for ino in self.meta.orphans():
+            if self.files.is_open(ino):
+                continue
+            try:
+                self.meta.reclaim(ino)
+            except MetaWriteFailed:
+                break
+            freed += 1
+        return freed
 
     async def collect(self) -> int:
         """Delete what is due, in bulk; blocks the cold tier cannot delete now stay queued
@@ -204,5 +254,8 @@ class GarbageCollector:
         except OSError as e:
             log.warning("deleting %d retired blocks failed: %s; will retry", len(due), e)
             return 0
-        self.meta.garbage_done(due)
+        try:
+            self.meta.garbage_done(due)
+        except MetaWriteFailed:
+            return 0  # still queued: deleted again once the store takes writes, which is harmless
         return len(due)
