@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # Install aifs and what it needs on a Debian machine, as root.
 #   bash deploy/install.sh          the filesystem and its CLI
-#   bash deploy/install.sh --test   also the test tools (pytest, hypothesis, git for the program tests)
+#   bash deploy/install.sh --test   also the test tools (pytest, hypothesis, moto, torch) and the
+#                                   programs the tests run (git, tar, attr, fincore, setpriv)
+#
+# aifs goes into its own virtual environment made with Debian's /usr/bin/python3 (which
+# refuses system-wide pip installs), /opt/aifs by default or $AIFS_PREFIX; `aifs` is linked
+# into /usr/local/bin. The install is a copy, not a link to this checkout: another checkout
+# running this script later replaces it instead of silently changing what `aifs` runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+prefix="${AIFS_PREFIX:-/opt/aifs}"
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# fuse3: fusermount3 and /dev/fuse setup; libfuse3-dev + pkg-config + gcc: pyfuse3 builds against them;
-# attr, git, tar, diffutils: real programs the tests run on the mount.
-apt-get install -y -qq --no-install-recommends \
-    fuse3 libfuse3-dev pkg-config gcc attr git tar diffutils procps >/dev/null
+# python3-venv + python3-dev: the virtual environment and the headers pyfuse3 builds against;
+# fuse3: fusermount3 and /dev/fuse setup; libfuse3-dev + pkg-config + gcc: pyfuse3's build;
+# python3-pyverbs: RDMA verbs for the flash tier, used when a device is present (aifs.rdma.device
+# loads Debian's copy, which is built for this same /usr/bin/python3);
+# attr, git, tar, diffutils, procps, util-linux: real programs the tests run on the mount.
+packages=(python3 python3-venv python3-dev fuse3 libfuse3-dev pkg-config gcc python3-pyverbs)
+[ -n "$extras" ] && packages+=(attr git tar diffutils procps util-linux)
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 
-python3 -m pip install -q --disable-pip-version-check -e ".${extras}"
+/usr/bin/python3 -m venv "$prefix"
+"$prefix/bin/python" -m pip install -q --disable-pip-version-check ".${extras}"
+ln -sf "$prefix/bin/aifs" /usr/local/bin/aifs
+echo "aifs installed in $prefix; $(/usr/local/bin/aifs --version)"

@@ -357,3 +357,11 @@ def random_page_reads(path: os.PathLike | str, offsets: list[int], size: int = 4
         return [os.pread(fd, size, offset) for offset in offsets]
     finally:
         os.close(fd)
+
+
+def tree_digest(*roots: Path) -> dict[str, tuple[int, str]]:
+    """Every file under the roots with its size and sha256: what a check must not change. The
+    log is left out: it is the one file a checker may append to."""
+    return {str(path): (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+            for root in roots for path in sorted(root.rglob("*"))
+            if path.is_file() and not path.is_symlink() and path.name != "aifs.log"}

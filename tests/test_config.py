@@ -425,7 +425,7 @@ def test_cli_check_good_file(tmp_path, fake_machine):
     assert result.exit_code == 0, result.stderr
     assert result.stdout.count("\n") == 1
     assert f"ok: volume 'default', state dir {tmp_path}, block 4MiB" in result.stdout
-    assert "ram 2.0GiB (auto) > nvme 50.0GiB (auto) > objstore 1000.0GiB (auto)" in result.stdout
+    assert "ram 2.0 GiB (auto) > nvme 50.0 GiB (auto) > objstore 1000.0 GiB (auto)" in result.stdout
     assert result.stderr == ""
 
 

@@ -3,7 +3,7 @@ that everything acknowledged is there and `aifs fsck` finds nothing.
 
 A child process writes files; after each fsync+close (or plain close) returns it
 appends a line to a log on the local disk. Whatever the log names must be intact
-after the crash: fsynced files always, closed files too (DESIGN.md section 4:
+after the crash: fsynced files always, closed files too (docs/architecture.md:
 close() survives a crash of the daemon, the kernel already holds the data).
 """
 

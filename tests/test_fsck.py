@@ -28,7 +28,7 @@ from aifs.tiers.checksum import checksum
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.protocol import object_name
-from aifs.vfs.volume import lock_state_dir
+from aifs.vfs.statedir import VolumeLock
 
 BLOCK = 64 << 10
 FILE = stat.S_IFREG | 0o644
@@ -535,13 +535,13 @@ def test_verify_reports_a_block_with_no_intact_copy(volume: Vol) -> None:
 
 def test_refuses_while_the_volume_is_mounted(volume: Vol) -> None:
     dangling_dentry(volume)
-    fd = lock_state_dir(volume.config.volume.state_dir)
+    lock = VolumeLock.acquire(volume.config.volume.state_dir, "/mnt/elsewhere")
     try:
         run = fsck(volume, "--repair")
     finally:
-        os.close(fd)
+        lock.close()
     assert run.code == 2
-    assert "in use" in run.stderr and run.findings == []
+    assert "is mounted at /mnt/elsewhere by process" in run.stderr and run.findings == []
     assert fsck(volume).kinds == {"dangling-dentry"}
 
 

@@ -19,12 +19,15 @@ def test_missing_mountpoint_is_refused_with_a_clear_message(vol, tmp_path):
     assert "does not exist" in cp.stderr and "mkdir" in cp.stderr
 
 
-def test_second_mount_of_one_volume_is_refused(vol, tmp_path):
+def test_second_mount_of_one_volume_is_refused_without_a_word_in_the_first_ones_log(vol, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
+    log = vol.state_dir / "aifs.log"
+    before = log.read_bytes()
     cp = aifs_cli("mount", "-c", str(vol.config), "-d", str(other))
     assert cp.returncode == 1
-    assert "already in use" in cp.stderr
+    assert f"cannot mount at {other}" in cp.stderr and f"is mounted at {vol.path} by process" in cp.stderr
+    assert log.read_bytes() == before
     assert os.listdir(vol.path) is not None
 
 

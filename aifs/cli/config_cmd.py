@@ -5,10 +5,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ByteSize
 
 from aifs.cli.common import load_or_exit, state_dir_option
-from aifs.config import Config, format_size
+from aifs.config import Config, format_size, machine_warnings
+from aifs.units import size
 
 _SIZE_KEYS = frozenset({"block_size", "capacity"})
 
@@ -23,10 +23,13 @@ def config() -> None:
 def check(file: Path, state_dir: Path | None) -> None:
     """Validate FILE before mounting with it.
 
-    Prints a one-line summary and exits 0, or prints the problem (key, value, what is
-    allowed) to stderr and exits 2.
+    Prints a one-line summary and exits 0 (after a warning for each capacity larger than
+    this machine has), or prints the problem (key, value, what is allowed) to stderr and
+    exits 2.
     """
     cfg = load_or_exit(file, state_dir)
+    for warning in machine_warnings(cfg):
+        click.echo(f"{file}: warning: {warning}", err=True)
     click.echo(f"{file}: ok: {summary(cfg)}")
 
 
@@ -48,7 +51,7 @@ def show(file: Path | None, state_dir: Path | None, as_json: bool) -> None:
 def summary(cfg: Config) -> str:
     """One line: what a mount with this config would use."""
     tiers = " > ".join(
-        f"{t.kind} {ByteSize(cfg.capacity_of(t)).human_readable()}"
+        f"{t.kind} {size(cfg.capacity_of(t))}"
         + (" (auto)" if t.capacity is None else "")
         for t in cfg.tiers
     )

@@ -1,4 +1,10 @@
-"""`aifs mount` and `aifs umount`."""
+"""`aifs mount` and `aifs umount`.
+
+Everything that can refuse a mount is checked before anything is created or logged: the
+config, the mountpoint, access to /dev/fuse, the state directory and the volume lock. So a
+refused mount leaves no new volume behind and writes nothing into the log of the mount that
+holds the volume.
+"""
 
 import logging
 import os
@@ -10,42 +16,53 @@ from pathlib import Path
 import click
 
 from aifs.cli.common import EXIT_USAGE, config_option, fail, load_or_exit, state_dir_option
-from aifs.config import Config
-from aifs.fuse.mountinfo import aifs_mount, find_mount
-from aifs.rdma.transport import TransportUnavailable
-from aifs.tiers.s3_marker import S3SetupError
-from aifs.vfs.volume import VolumeBusy
+from aifs.config import Config, machine_warnings
+from aifs.units import size
+from aifs.fuse.mountinfo import MountEntry, aifs_mount, find_mount
+from aifs.fuse.preflight import MountRefused, check_fuse_device
+from aifs.vfs.exitrecord import ExitRecord
+from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock, prepare_state_dir, read_holder
 
 DAEMON_ENV = "AIFS_DAEMON"
 READY_TIMEOUT_S = 60.0
 EXIT_TIMEOUT_S = 120.0
+_BACKGROUND_FLAGS = ("-d", "--background")
 
 
 @click.command()
 @config_option
 @state_dir_option
 @click.option("-d", "--background", is_flag=True, help="Return once the mount answers; log to a file.")
+@click.option("--nonempty", is_flag=True, help="Mount over a directory that is not empty (hiding what it holds).")
+@click.option("--accept-missing-marker", is_flag=True,
+              help="Mount although the bucket has no volume marker while the metadata refers to data "
+                   "there (an emptied or replaced bucket); a new marker is written.")
 @click.argument("mountpoint", type=click.Path(path_type=Path))
-def mount(config_path: Path | None, state_dir: Path | None, background: bool, mountpoint: Path) -> None:
+def mount(config_path: Path | None, state_dir: Path | None, background: bool, nonempty: bool,
+          accept_missing_marker: bool, mountpoint: Path) -> None:
     """Mount the volume at MOUNTPOINT (foreground unless -d)."""
     config = load_or_exit(config_path, state_dir)
     mountpoint = mountpoint.absolute()
-    _check_mountpoint(mountpoint)
+    _check_mountpoint(mountpoint, nonempty)
+    lock = _take_volume(config, mountpoint)
     if background:
+        lock.close()  # the daemon takes it again
         _spawn_daemon(config, mountpoint)
         return
     _setup_logging(config, also_file=os.environ.get(DAEMON_ENV) != "1")
+    for warning in machine_warnings(config):
+        logging.getLogger("aifs.config").warning("%s", warning)
     from aifs.fuse.mount import serve
 
     try:
-        serve(config, mountpoint)
-    except (VolumeBusy, S3SetupError, TransportUnavailable) as e:
+        serve(config, mountpoint, lock, accept_missing_marker)
+    except MountRefused as e:
         fail(str(e))
     except OSError as e:  # a tier that cannot be reached or written when the volume opens
         fail(f"cannot serve the volume in {config.volume.state_dir}: {e}")
 
 
-def _check_mountpoint(mountpoint: Path) -> None:
+def _check_mountpoint(mountpoint: Path, nonempty: bool) -> None:
     if not mountpoint.is_dir():
         fail(f"mountpoint {mountpoint} does not exist or is not a directory; create it with mkdir -p",
              EXIT_USAGE)
@@ -53,6 +70,24 @@ def _check_mountpoint(mountpoint: Path) -> None:
     if entry is not None and entry.mountpoint == mountpoint and entry.fstype.startswith("fuse"):
         fail(f"{mountpoint} already has a {entry.fstype} mount ({entry.source}); unmount it first",
              EXIT_USAGE)
+    if not nonempty and any(os.scandir(mountpoint)):
+        fail(f"mountpoint {mountpoint} is not empty: the mount would hide what it holds; "
+             "use an empty directory, or pass --nonempty to mount over it anyway", EXIT_USAGE)
+
+
+def _take_volume(config: Config, mountpoint: Path) -> VolumeLock:
+    """Check that the mount can happen, then create the state directory and lock the volume."""
+    try:
+        check_fuse_device()
+        tightened = prepare_state_dir(config.volume.state_dir)
+        lock = VolumeLock.acquire(config.volume.state_dir, str(mountpoint))
+    except (MountRefused, StateDirError) as e:
+        fail(str(e), EXIT_USAGE)
+    except VolumeBusy as e:
+        fail(f"cannot mount at {mountpoint}: {e}; unmount it first (aifs umount MOUNTPOINT)")
+    if tightened:
+        click.echo(f"aifs: warning: {tightened}", err=True)
+    return lock
 
 
 def _setup_logging(config: Config, also_file: bool) -> None:
@@ -67,10 +102,11 @@ def _setup_logging(config: Config, also_file: bool) -> None:
 
 
 def _spawn_daemon(config: Config, mountpoint: Path) -> None:
-    """Start the mount in its own session and wait until it answers (or report why not)."""
+    """Start the mount in its own session and wait until it answers (or report why not);
+    what it warned about while starting is repeated here, on the command line."""
     log_file = config.log_file()
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    args = [a for a in sys.argv[1:] if a not in ("-d", "--background")]
+    args = [a for a in sys.argv[1:] if a not in _BACKGROUND_FLAGS]
     with open(log_file, "ab") as log:
         log_start = log.tell()
         proc = subprocess.Popen(
@@ -83,6 +119,9 @@ def _spawn_daemon(config: Config, mountpoint: Path) -> None:
             fail(f"mount failed (exit {proc.returncode}); log {log_file}:\n{_since(log_file, log_start)}")
         if aifs_mount(mountpoint) is not None:
             os.stat(mountpoint)
+            for line in _since(log_file, log_start).splitlines():
+                if " WARNING " in line:
+                    click.echo(f"aifs: warning: {line.split(': ', 1)[-1]}", err=True)
             click.echo(f"aifs: mounted {config.volume.state_dir} at {mountpoint} "
                        f"(pid {proc.pid}, log {log_file})")
             return
@@ -92,34 +131,61 @@ def _spawn_daemon(config: Config, mountpoint: Path) -> None:
 
 
 def _since(path: Path, offset: int) -> str:
-    """What the failed daemon wrote to its log."""
+    """What the daemon wrote to its log since `offset`."""
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read().decode(errors="replace").strip()
 
 
 @click.command()
-@click.argument("mountpoint", type=click.Path(path_type=Path))
-def umount(mountpoint: Path) -> None:
-    """Flush everything and unmount MOUNTPOINT; waits for the mount process to finish."""
-    mountpoint = mountpoint.absolute()
+@click.argument("mountpoint")  # a plain string: click.Path would stat it, which hangs on a stuck mount
+def umount(mountpoint: str) -> None:
+    """Flush everything and unmount MOUNTPOINT; waits for the mount process to finish, and
+    says what it left waiting for the durable tier."""
+    mountpoint = Path(os.path.abspath(mountpoint))
     entry = aifs_mount(mountpoint)
     if entry is None:
         fail(f"{mountpoint} is not an aifs mount", EXIT_USAGE)
-    pid = _daemon_pid(entry.state_dir)
+    _check_owner(entry)
+    holder = read_holder(entry.state_dir) if entry.state_dir is not None else None
     result = subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True, text=True)
     if result.returncode != 0:
-        fail(f"cannot unmount {mountpoint}: {result.stderr.strip()}")
-    if pid is not None and not _wait_exit(pid):
+        fail(f"cannot unmount {mountpoint}: {_why_busy(result.stderr.strip())}")
+    pid = holder.pid if holder is not None else None
+    if pid is None:
+        click.echo(f"aifs: unmounted {mountpoint}")
+        return
+    if not _wait_exit(pid):
         fail(f"unmounted, but the mount process {pid} did not finish within {EXIT_TIMEOUT_S:.0f} s")
+    _report_exit(mountpoint, entry.state_dir, pid)
+
+
+def _check_owner(entry: MountEntry) -> None:
+    """fusermount3 run by another user only says the entry is not in /etc/mtab: say why."""
+    uid = os.geteuid()
+    if uid != 0 and entry.owner_uid is not None and entry.owner_uid != uid:
+        fail(f"{entry.mountpoint} was mounted by uid {entry.owner_uid}; only that user or root "
+             "may unmount it", EXIT_USAGE)
+
+
+def _why_busy(message: str) -> str:
+    if "busy" in message.lower():
+        return f"{message}; files are open or a process works in it (see: fuser -vm MOUNTPOINT)"
+    return message
+
+
+def _report_exit(mountpoint: Path, state_dir: Path, pid: int) -> None:
+    """Success only when the mount process says its unmount finished; then what it left pending."""
+    record = ExitRecord.read(state_dir, pid)
+    if record is None or not record.finished:
+        why = record.error if record is not None and record.error else "it ended without finishing"
+        fail(f"unmounted {mountpoint}, but the mount process {pid} failed while flushing: {why}; "
+             f"see its log, then check the volume with aifs fsck")
     click.echo(f"aifs: unmounted {mountpoint}")
-
-
-def _daemon_pid(state_dir: Path | None) -> int | None:
-    try:
-        return int((state_dir / "lock").read_text().strip())
-    except (OSError, ValueError, TypeError):
-        return None
+    if record.pending_blocks:
+        click.echo(f"aifs: {record.pending_blocks} blocks ({size(record.pending_bytes)}) were not yet in "
+                   f"the durable tier {record.durable_tier}; they stay staged on NVMe and upload on the "
+                   "next mount of this volume")
 
 
 def _wait_exit(pid: int) -> bool:

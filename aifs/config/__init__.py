@@ -2,6 +2,7 @@
 
 from aifs.config.errors import ConfigError
 from aifs.config.loader import default_config, load_config
+from aifs.config.machine import machine_warnings
 from aifs.config.models import (
     Config,
     FuseConfig,
@@ -33,4 +34,5 @@ __all__ = [
     "default_config",
     "format_size",
     "load_config",
+    "machine_warnings",
 ]

@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from aifs.config import system
 from aifs.config.pathglob import glob_regex
+from aifs.rdma.auth import SecretFileError, read_secret_file
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -156,6 +157,7 @@ class VolumeConfig(_Table):
     name: Annotated[str, AfterValidator(_volume_name)] = "default"
     state_dir: AbsPath
     block_size: Annotated[Size, AfterValidator(_block_size)] = 4 * MiB
+    capacity: Capacity = None  # what df shows and writes may fill; auto: the durable tier's capacity
 
     @model_validator(mode="before")
     @classmethod
@@ -269,6 +271,17 @@ class RemoteTier(TierConfig):
     # An optional table. Not `ErasureCoding | None`: errors.explain walks only discriminated unions.
     erasure: ErasureCoding = None  # type: ignore[assignment]
     only_copy: bool = Field(False, strict=True)
+    secret_file: AbsPath  # the servers' --secret-file: they refuse every client without it
+
+    @field_validator("secret_file")
+    @classmethod
+    def _usable_secret(cls, path: Path) -> Path:
+        """Found out at start, not as every read falling through to the durable tier."""
+        try:
+            read_secret_file(path)
+        except SecretFileError as e:
+            raise PydanticCustomError("secret_file", "{problem}", {"problem": e.problem}) from None
+        return path
 
     @model_validator(mode="after")
     def _placement(self) -> "RemoteTier":

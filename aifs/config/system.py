@@ -8,10 +8,19 @@ MEMINFO = Path("/proc/meminfo")
 
 def mem_available() -> int:
     """Bytes the kernel can hand out without swapping (MemAvailable), the honest RAM budget."""
+    return _meminfo("MemAvailable")
+
+
+def mem_total() -> int:
+    """All the memory the kernel manages (MemTotal)."""
+    return _meminfo("MemTotal")
+
+
+def _meminfo(field: str) -> int:
     for line in MEMINFO.read_text().splitlines():
-        if line.startswith("MemAvailable:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise OSError(f"{MEMINFO} has no MemAvailable line")
+    raise OSError(f"{MEMINFO} has no {field} line")
 
 
 def fs_free(path: Path) -> int:

@@ -1,8 +1,10 @@
 """Running fsck on a volume: take the volume lock, open its metadata, run the checks in order.
 
-The order matters for --repair: every check sees the volume as the checks before it
-left it: entries are fixed before orphans are adopted, links are counted after that,
-and blocks and the usage counters last.
+Without --repair nothing is written anywhere: the lock is taken read-only, the metadata and
+the NVMe segments are opened read-only, and the durable tier is only read (its volume
+marker is checked, never written). The order matters for --repair: every check sees the
+volume as the checks before it left it: entries are fixed before orphans are adopted,
+links are counted after that, and blocks and the usage counters last.
 """
 
 import os
@@ -15,14 +17,16 @@ from aifs.errors import FsError
 from aifs.fsck.blocks import check_blocks
 from aifs.fsck.checks import check_keys, check_links
 from aifs.fsck.context import Context
+from aifs.fsck.marker import check_marker
 from aifs.fsck.orphans import check_orphans
 from aifs.fsck.report import Finding, Summary
 from aifs.fsck.tiers import open_tiers
 from aifs.meta import MetaEngine, keys
 from aifs.meta.kv import ShardedRocksKV
-from aifs.vfs.volume import VolumeBusy, lock_state_dir
+from aifs.tiers.s3_marker import S3SetupError
+from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock
 
-CHECKS = (check_keys, check_orphans, check_links, check_blocks)
+CHECKS = (check_marker, check_keys, check_orphans, check_links, check_blocks)
 _VOLUME_KEY = keys.counter(b"volume")
 
 Emit = Callable[[Finding], None]
@@ -34,19 +38,31 @@ class FsckError(Exception):
 
 def run_fsck(config: Config, *, repair: bool = False, verify: bool = False,
              emit: Emit = lambda finding: None) -> Summary:
-    """Check (and with `repair`, fix) the volume of `config`; `emit` sees each finding as it is made."""
-    with offline_volume(config) as meta, open_tiers(config, meta.volume) as (nvme, cold):
-        return check_volume(Context(meta, nvme, cold, verify=verify), str(config.volume.state_dir), repair, emit)
+    """Check (and with `repair`, fix) the volume of `config`; `emit` sees each finding as it is made.
+    Raises FsckError when the check cannot run or cannot finish (a tier that cannot be read)."""
+    try:
+        with offline_volume(config, writable=repair) as meta, \
+                open_tiers(config, meta.volume, read_only=not repair) as (nvme, cold):
+            ctx = Context(meta, nvme, cold, verify=verify)
+            return check_volume(ctx, str(config.volume.state_dir), repair, emit)
+    except (S3SetupError, StateDirError, FsError) as e:
+        raise FsckError(str(e)) from None
+    except OSError as e:  # S3 unreachable, a tier's disk unreadable
+        raise FsckError(f"cannot read the volume's tiers: {e}") from None
 
 
 @contextmanager
-def offline_volume(config: Config) -> Iterator[MetaEngine]:
-    """The metadata of an unmounted volume, locked against mounts for as long as it is open."""
+def offline_volume(config: Config, writable: bool = True) -> Iterator[MetaEngine]:
+    """The metadata of an unmounted volume, locked against mounts for as long as it is open;
+    opened read-only (and locked without writing the lock file) unless `writable`."""
     state_dir = config.volume.state_dir
     meta_dir = state_dir / "meta"
     if not (meta_dir / "CURRENT").exists():
         raise FsckError(f"no aifs volume in {state_dir}: {meta_dir} holds no metadata")
-    with _volume_lock(state_dir), _metadata(config, meta_dir) as meta:
+    if writable and not os.access(state_dir, os.W_OK):
+        raise FsckError(f"cannot repair the volume in {state_dir}: the state directory is not writable "
+                        "(a read-only file system, or not its owner); check without --repair")
+    with _volume_lock(state_dir, writable), _metadata(config, meta_dir, writable) as meta:
         yield meta
 
 
@@ -73,23 +89,23 @@ def _repair(ctx: Context, finding: Finding) -> None:
 
 
 @contextmanager
-def _volume_lock(state_dir: Path) -> Iterator[None]:
+def _volume_lock(state_dir: Path, writable: bool) -> Iterator[None]:
     """The lock a mount holds: fsck never runs beside a mount, nor a mount beside fsck."""
     try:
-        fd = lock_state_dir(state_dir)
+        lock = VolumeLock.acquire(state_dir, "fsck", read_only=not writable)
     except VolumeBusy as e:
         raise FsckError(f"refusing to check a volume that is in use: {e}") from None
     try:
         yield
     finally:
-        os.close(fd)
+        lock.close()
 
 
 @contextmanager
-def _metadata(config: Config, meta_dir: Path) -> Iterator[MetaEngine]:
+def _metadata(config: Config, meta_dir: Path, writable: bool) -> Iterator[MetaEngine]:
     """Open the metadata without formatting it: an empty store is not a volume to check."""
     try:
-        kv = ShardedRocksKV(meta_dir, config.meta.shards)
+        kv = ShardedRocksKV(meta_dir, config.meta.shards, read_only=not writable)
     except ValueError as e:
         raise FsckError(str(e)) from None
     if kv.get(_VOLUME_KEY) is None:

@@ -9,6 +9,7 @@ from aifs.config import Config
 from aifs.tiers.factory import open_cold, open_nvme
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.protocol import ColdTier
+from aifs.tiers.s3_marker import MarkerMode
 
 
 class HeldBlocks(Protocol):
@@ -24,10 +25,12 @@ class HeldBlocks(Protocol):
 
 
 @contextmanager
-def open_tiers(config: Config, volume: dict) -> Iterator[tuple[NvmeTier, ColdTier]]:
-    """The NVMe staging tier and the durable bottom tier of a volume (a config always has both)."""
-    nvme = open_nvme(config)
+def open_tiers(config: Config, volume: dict, read_only: bool = False) -> Iterator[tuple[NvmeTier, ColdTier]]:
+    """The NVMe staging tier and the durable bottom tier of a volume (a config always has both);
+    the durable tier is only checked against the volume, never claimed (fsck writes no marker).
+    A `read_only` NVMe tier changes nothing on disk (fsck without --repair)."""
+    nvme = open_nvme(config, read_only=read_only)
     try:
-        yield nvme, open_cold(config, volume)
+        yield nvme, open_cold(config, volume, MarkerMode.CHECK)
     finally:
         nvme.close()

@@ -17,9 +17,14 @@ from aifs.fuse.attrs import Timeouts
 from aifs.fuse.heap import keep_request_buffers
 from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
 from aifs.fuse.ops import AifsOperations
-from aifs.metrics import serve_metrics
+from aifs.fuse.preflight import MountRefused
+from aifs.metrics import MetricsServer, MetricsUnavailable, serve_metrics
+from aifs.rdma.transport import TransportUnavailable
 from aifs.tiers.files import sync_filesystem
+from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.admin import Admin
+from aifs.vfs.exitrecord import ExitRecord
+from aifs.vfs.statedir import VolumeLock
 from aifs.vfs.volume import Volume
 
 log = logging.getLogger(__name__)
@@ -36,10 +41,37 @@ def mount_options(config: Config) -> set[str]:
     return options
 
 
-def serve(config: Config, mountpoint: Path) -> None:
-    """Mount, serve requests on trio, and on the way out seal, sync and unmount."""
+def serve(config: Config, mountpoint: Path, lock: VolumeLock, accept_missing_marker: bool = False) -> None:
+    """Mount, serve requests on trio, and on the way out seal, sync and unmount; the exit
+    record says whether that finished (see aifs.vfs.exitrecord). Raises MountRefused when the
+    volume cannot be served, before anything is mounted."""
     keep_request_buffers()
-    volume = Volume(config)
+    record = ExitRecord(os.getpid())
+    record.write(config.volume.state_dir)
+    metrics = volume = None
+    try:
+        metrics = serve_metrics(config.metrics)
+        volume = Volume(config, lock, accept_missing_marker)
+        _serve(volume, config, mountpoint, metrics)
+        record.finished = True
+    except (MetricsUnavailable, S3SetupError, TransportUnavailable) as e:
+        record.error = str(e)
+        raise MountRefused(str(e)) from None
+    except BaseException as e:
+        record.error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        if metrics is not None:
+            metrics.close()
+        if volume is not None and volume.left_pending is not None:
+            record.pending_blocks, record.pending_bytes = volume.left_pending
+            record.durable_tier = volume.tiers.cold.url()
+        record.write(config.volume.state_dir)
+
+
+def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsServer | None) -> None:
+    if metrics is not None:
+        metrics.watch(volume)
     timeouts = Timeouts(entry=config.fuse.entry_timeout, attr=config.fuse.attr_timeout)
     operations = AifsOperations(volume, timeouts)
     pyfuse3.init(operations, str(mountpoint), mount_options(config))
@@ -52,11 +84,9 @@ def serve(config: Config, mountpoint: Path) -> None:
 
 
 async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
-    metrics = None
     try:
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
-            metrics = serve_metrics(config.metrics, volume)
             nursery.start_soon(_stop_on_signal, mountpoint)
             control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
             await nursery.start(control.serve)
@@ -69,8 +99,6 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
             await pyfuse3.main(max_tasks=config.fuse.max_tasks)
             nursery.cancel_scope.cancel()
     finally:
-        if metrics is not None:
-            metrics.close()
         with trio.CancelScope(shield=True):
             await volume.close()
 
@@ -88,7 +116,7 @@ async def _stop_on_signal(mountpoint: Path) -> None:
 
 
 def _set_read_ahead(mountpoint: Path, kib: int) -> None:
-    """Let buffered reads arrive as 1 MiB requests instead of 128 KiB ones (DESIGN section 8).
+    """Let buffered reads arrive as 1 MiB requests instead of 128 KiB ones.
 
     The kernel sets the mount's read-ahead from the answer to FUSE INIT, which the
     loop sends once it serves requests, so a value written earlier is lost. A stat

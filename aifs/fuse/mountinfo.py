@@ -14,6 +14,7 @@ class MountEntry:
     fstype: str
     source: str
     device: str
+    owner_uid: int | None = None  # FUSE mounts: the user who mounted it (user_id=)
 
     @property
     def state_dir(self) -> Path | None:
@@ -29,8 +30,15 @@ def _unescape(field: str) -> str:
 def _parse(line: str) -> MountEntry:
     left, right = line.split(" - ", 1)
     fields = left.split()
-    fstype, source = right.split()[:2]
-    return MountEntry(Path(_unescape(fields[4])), fstype, _unescape(source), fields[2])
+    fstype, source, options = (right.split() + [""])[:3]
+    return MountEntry(Path(_unescape(fields[4])), fstype, _unescape(source), fields[2], _owner(options))
+
+
+def _owner(options: str) -> int | None:
+    for option in options.split(","):
+        if option.startswith("user_id=") and option[8:].isdigit():
+            return int(option[8:])
+    return None
 
 
 def mounts() -> list[MountEntry]:

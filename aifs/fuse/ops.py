@@ -13,7 +13,7 @@ from aifs.fuse.cachemode import CacheModes
 from aifs.fuse.errors import translate_errors
 from aifs.fuse.listing import DirListing
 from aifs.metrics import instrument_operations
-from aifs.vfs.openfile import OpenFile
+from aifs.vfs.openfile import Handle
 from aifs.vfs.volume import Volume
 
 STATE_XATTR = b"user.aifs.state"  # read-only view of whether a file is in the durable tier
@@ -39,7 +39,7 @@ class AifsOperations(pyfuse3.Operations):
         self.vol = volume
         self.meta = volume.meta
         self.timeouts = timeouts
-        self._files: dict[int, OpenFile] = {}
+        self._files: dict[int, Handle] = {}
         self._modes = CacheModes()
         self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
@@ -191,7 +191,7 @@ class AifsOperations(pyfuse3.Operations):
         return len(buf)
 
     async def flush(self, fh):
-        await self.vol.flush(self._files[fh])
+        await self.vol.flush_handle(self._files[fh])
 
     async def fsync(self, fh, datasync):
         await self.vol.fsync(self._files[fh])

@@ -15,7 +15,7 @@ from aifs.gc.report import GcReport, Stray
 from aifs.gc.sweep import stray_ids
 from aifs.tiers.factory import open_cold
 from aifs.tiers.protocol import ColdTier
-from aifs.tiers.s3_marker import S3SetupError
+from aifs.tiers.s3_marker import MarkerMode, S3SetupError
 
 Emit = Callable[[Stray], None]
 
@@ -27,8 +27,11 @@ class GcError(Exception):
 def run_gc(config: Config, *, delete: bool = False, emit: Emit = lambda stray: None) -> GcReport:
     """Find (and with `delete`, remove) unreferenced objects in the volume's durable tier."""
     try:
-        with offline_volume(config) as meta:
-            cold = open_cold(config, meta.volume)
+        with offline_volume(config, writable=delete) as meta:
+            cold = open_cold(config, meta.volume, MarkerMode.CHECK)
+            if cold.marker_missing:
+                raise GcError(f"{cold.url()} holds no aifs volume marker, so its objects cannot be told "
+                              "to be this volume's; refusing to list or delete them")
             stored = cold.block_sizes()
             report = GcReport(cold.url(), len(stored), delete)
             for block_id in stray_ids(list(stored), meta.kv):

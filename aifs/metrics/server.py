@@ -18,26 +18,39 @@ log = logging.getLogger(__name__)
 class MetricsServer:
     server: WSGIServer
     thread: Thread
-    collector: VolumeCollector
+    collector: VolumeCollector | None = None
 
     @property
     def port(self) -> int:
         return self.server.server_port
 
+    def watch(self, volume) -> None:
+        """Serve the volume's tier and upload figures beside the process-wide ones."""
+        self.collector = VolumeCollector(volume)
+        REGISTRY.register(self.collector)
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-        REGISTRY.unregister(self.collector)
+        if self.collector is not None:
+            REGISTRY.unregister(self.collector)
 
 
-def serve_metrics(config: MetricsConfig, volume) -> MetricsServer | None:
-    """Serve the volume's metrics in a thread (scrapes never touch the event loop's tasks);
-    None when metrics are off. Port 0 picks a free port (tests)."""
+class MetricsUnavailable(Exception):
+    """The metrics address cannot be served; the message names it."""
+
+
+def serve_metrics(config: MetricsConfig) -> MetricsServer | None:
+    """Serve metrics in a thread (scrapes never touch the event loop's tasks); None when metrics
+    are off. Port 0 picks a free port (tests). Called before the volume opens, so an address
+    that cannot be bound stops the mount before it starts."""
     if config.listen is None:
         return None
     host, _, port = config.listen.rpartition(":")
-    collector = VolumeCollector(volume)
-    REGISTRY.register(collector)
-    server, thread = start_http_server(int(port), addr=host.strip("[]"), registry=REGISTRY)
+    try:
+        server, thread = start_http_server(int(port), addr=host.strip("[]"), registry=REGISTRY)
+    except OSError as e:
+        raise MetricsUnavailable(f"cannot serve metrics on {config.listen}: {e.strerror or e}; "
+                                 "free the address or change [metrics] listen") from None
     log.info("metrics on http://%s/metrics", config.listen)
-    return MetricsServer(server, thread, collector)
+    return MetricsServer(server, thread)

@@ -4,14 +4,14 @@ from aifs.config import Config
 from aifs.config.models import RemoteTier as RemoteTierConfig
 from aifs.config.models import S3Tier as S3TierConfig
 from aifs.flash.tier import RemoteFlashTier
-from aifs.rdma.select import select_transport
+from aifs.rdma.auth import Secret
 from aifs.tiers.manager import TierManager
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.protocol import ColdTier
 from aifs.tiers.ram import RamTier
 from aifs.tiers.s3 import S3Tier
-from aifs.tiers.s3_marker import VolumeMarker
+from aifs.tiers.s3_marker import MarkerMode, VolumeMarker
 
 
 def _tier(config: Config, kind: str):
@@ -21,38 +21,42 @@ def _tier(config: Config, kind: str):
 DEFAULT_DIRTY_SHARE = 0.9
 
 
-def open_nvme(config: Config) -> NvmeTier:
+def open_nvme(config: Config, read_only: bool = False) -> NvmeTier:
+    """The NVMe tier; `read_only` (fsck without --repair) changes nothing on disk."""
     tier = _tier(config, "nvme")
     capacity = config.capacity_of(tier)
     max_dirty = config.writeback.max_dirty or int(capacity * DEFAULT_DIRTY_SHARE)
-    return NvmeTier(config.tier_path(tier), capacity, max_dirty)
+    return NvmeTier(config.tier_path(tier), capacity, max_dirty, read_only=read_only)
 
 
-def open_cold(config: Config, volume: dict) -> ColdTier:
-    """The durable bottom tier: the local object store, or an S3 bucket checked to belong to `volume`."""
+def open_cold(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM) -> ColdTier:
+    """The durable bottom tier: the local object store, or an S3 bucket checked to belong to
+    `volume`. With MarkerMode.CHECK (fsck, gc) opening it writes nothing."""
     bottom = config.tiers[-1]
     if isinstance(bottom, S3TierConfig):
-        return S3Tier(bottom, config.capacity_of(bottom), VolumeMarker.from_dict(volume))
-    return LocalObjectStore(config.tier_path(bottom), config.capacity_of(bottom))
+        return S3Tier(bottom, config.capacity_of(bottom), VolumeMarker.from_dict(volume), marker)
+    return LocalObjectStore(config.tier_path(bottom), config.capacity_of(bottom),
+                            read_only=marker is MarkerMode.CHECK)
 
 
 def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteFlashTier:
     """The flash servers' client. Blocks are keyed by this volume's uuid, so volumes sharing
-    servers never read each other's blocks; it connects lazily and never blocks a mount."""
+    servers never read each other's blocks; it connects lazily and never blocks a mount.
+    Its connections authenticate with the secret in `secret_file` (checked with the config)."""
     erasure = (tier.erasure.k, tier.erasure.m) if tier.erasure is not None else None
-    transport = select_transport(tier.transport, tier.rdma_device, timeout=tier.timeout)
     return RemoteFlashTier(
-        tier.servers, replicas=tier.replicas, transport=transport, timeout=tier.timeout,
-        read_bound=tier.read_bound, probe_interval=tier.probe_interval, failures_to_down=tier.failures_to_down,
-        erasure=erasure, namespace=str(volume["uuid"]).encode(),
+        tier.servers, replicas=tier.replicas, transport=tier.transport, rdma_device=tier.rdma_device,
+        timeout=tier.timeout, read_bound=tier.read_bound, probe_interval=tier.probe_interval,
+        failures_to_down=tier.failures_to_down, erasure=erasure, namespace=str(volume["uuid"]).encode(),
+        secret=Secret.from_file(tier.secret_file),
     )
 
 
-def open_tier_manager(config: Config, volume: dict) -> TierManager:
+def open_tier_manager(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM) -> TierManager:
     ram = _tier(config, "ram")
     ram_tier = RamTier(config.capacity_of(ram) if ram is not None else 0)
     nvme = open_nvme(config)
-    cold = open_cold(config, volume)
+    cold = open_cold(config, volume, marker)
     remote = _tier(config, "remote")
     if remote is None:
         return TierManager(ram_tier, nvme, cold, dirty_wait=config.writeback.dirty_wait)

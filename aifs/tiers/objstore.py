@@ -19,11 +19,15 @@ _OBJECT_NAME = re.compile(r"[0-9a-f]{16}")
 
 class LocalObjectStore:
     name = "objstore"
+    marker_missing = False  # no marker: a local directory is named only by its own volume's config
 
-    def __init__(self, root: Path, capacity: int) -> None:
+    def __init__(self, root: Path, capacity: int, read_only: bool = False) -> None:
+        """`read_only` (fsck without --repair) creates nothing: a store never written to may lack
+        its folders."""
         self.root = root
         self.capacity = capacity
-        make_fanout(root)
+        if not read_only:
+            make_fanout(root)
         self._used = sum(entry.stat().st_size for entry in self._objects())
         self._used_lock = threading.Lock()  # puts and deletes run on several threads
 
@@ -76,6 +80,8 @@ class LocalObjectStore:
 
     def _objects(self) -> Iterator[os.DirEntry]:
         """Object files; anything else an operator left in the folders is ignored."""
+        if not self.root.is_dir():
+            return
         for fanout in os.scandir(self.root):
             if fanout.is_dir():
                 for entry in os.scandir(fanout.path):

@@ -1,7 +1,7 @@
 """Slots for the calls to one back end, handed out by priority: demand reads first.
 
 A reader waiting on a cold block must not queue behind readahead, warmup or
-uploads (DESIGN section 4). Each back end (cold tier, remote tier, local I/O
+uploads. Each back end (cold tier, remote tier, local I/O
 threads) has a fixed number of slots; background work may never take the last
 `reserve` of them, so a demand read finds a free slot at once unless other
 demand reads hold them, and when a slot frees, the most urgent waiter gets it.

@@ -24,7 +24,10 @@ class Tier(Protocol):
 
 
 class ColdTier(Tier, Protocol):
-    """The durable bottom tier: puts become durable at the latest when flush() returns."""
+    """The durable bottom tier: puts become durable at the latest when flush() returns.
+    `marker_missing`: opened to check only, it found no volume marker (see s3_marker)."""
+
+    marker_missing: bool
 
     def flush(self) -> None: ...
 

@@ -26,7 +26,7 @@ from aifs.config.models import S3Tier as S3Settings
 from aifs.tiers.protocol import object_name
 from aifs.tiers.s3_breaker import CircuitBreaker
 from aifs.tiers.s3_client import make_client
-from aifs.tiers.s3_marker import MARKER_NAME, S3SetupError, VolumeMarker
+from aifs.tiers.s3_marker import MARKER_NAME, MarkerMode, S3SetupError, VolumeMarker
 from aifs.tiers.s3_putter import PutProcess, PutterFailed
 from aifs.tiers.s3_retry import Retrier, S3Error, error_code
 
@@ -41,8 +41,10 @@ DELETE_BATCH = 1000  # the most objects one DeleteObjects request may name
 class S3Tier:
     name = "s3"
 
-    def __init__(self, settings: S3Settings, capacity: int, volume: VolumeMarker) -> None:
-        """Connect and claim the bucket prefix for `volume` (raises S3SetupError if it can't)."""
+    def __init__(self, settings: S3Settings, capacity: int, volume: VolumeMarker,
+                 marker: MarkerMode = MarkerMode.CLAIM) -> None:
+        """Connect and check that the bucket prefix belongs to `volume`, claiming it when `marker`
+        allows (raises S3SetupError if it can't; `marker_missing` tells a CHECK that found none)."""
         self.bucket = settings.bucket
         self.prefix = settings.prefix
         self.capacity = capacity
@@ -52,7 +54,8 @@ class S3Tier:
         self._putter = PutProcess(settings, self.breaker, volume.block_size) if settings.upload_process else None
         self._lock = threading.Lock()
         self._used = 0
-        self._claim(volume, settings)
+        self.marker_missing = False
+        self._claim(volume, settings, marker)
 
     # -- the tier protocol ---------------------------------------------------
 
@@ -121,7 +124,7 @@ class S3Tier:
         key = self._key(block_id)
 
         def head() -> bool:
-            self._client.head_object(Bucket=self.bucket, Key=key)  # never ?versionId=null (DESIGN 8)
+            self._client.head_object(Bucket=self.bucket, Key=key)  # never ?versionId=null: some servers answer it with 400
             return True
 
         return self._request("HEAD", key, _missing_is(False, head))
@@ -173,14 +176,15 @@ class S3Tier:
 
     # -- the volume marker -----------------------------------------------------
 
-    def _claim(self, ours: VolumeMarker, settings: S3Settings) -> None:
+    def _claim(self, ours: VolumeMarker, settings: S3Settings, mode: MarkerMode) -> None:
         """Check the prefix's volume marker, writing it on first use (see s3_marker)."""
         endpoint = settings.endpoint or "AWS S3"
+        where = f"s3://{self.bucket}/{self.prefix} at {endpoint}"
         key = self.prefix + MARKER_NAME
         try:
             raw = self._get(key)
         except S3Error as exc:
-            if exc.code != "NoSuchBucket":
+            if exc.code != "NoSuchBucket" or mode is MarkerMode.CHECK:
                 raise
             if not settings.create_bucket:
                 raise S3SetupError(
@@ -191,9 +195,23 @@ class S3Tier:
             self._create_bucket(settings.region)
             raw = None
         if raw is None:
-            raw = self._write_marker(key, ours)
-        where = f"s3://{self.bucket}/{self.prefix} at {endpoint}"
-        VolumeMarker.parse(raw, where).check_owner(ours, where)
+            raw = self._without_marker(mode, key, ours, where)
+        if raw is not None:
+            VolumeMarker.parse(raw, where).check_owner(ours, where)
+
+    def _without_marker(self, mode: MarkerMode, key: str, ours: VolumeMarker, where: str) -> bytes | None:
+        """The prefix has no marker: claim it, refuse it, or (CHECK) only note it."""
+        if mode is MarkerMode.CHECK:
+            self.marker_missing = True
+            return None
+        if mode is MarkerMode.EXPECT:
+            raise S3SetupError(
+                f"{where} holds no aifs volume marker, but this volume's metadata refers to file "
+                "data stored there: the bucket was emptied, or the endpoint, bucket or prefix is "
+                "not this volume's. Check them; to mount anyway (files whose blocks are gone will "
+                "give EIO, and aifs fsck lists them), pass --accept-missing-marker"
+            )
+        return self._write_marker(key, ours)
 
     def _write_marker(self, key: str, ours: VolumeMarker) -> bytes:
         """Create the marker unless another mount just did (a conditional PUT); returns the

@@ -1,4 +1,4 @@
-"""The boto3 client of the S3 tier, configured as DESIGN section 8 measured it should be."""
+"""The boto3 client of the S3 tier, configured for the endpoints it talks to (docs/s3-and-writeback.md)."""
 
 from typing import Any
 

@@ -8,6 +8,7 @@ mount whose metadata names another volume is refused before any block is written
 
 import json
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any
 
 MARKER_NAME = "aifs-volume.json"
@@ -15,6 +16,14 @@ MARKER_NAME = "aifs-volume.json"
 
 class S3SetupError(Exception):
     """The bucket cannot be used by this volume; the message says what to do."""
+
+
+class MarkerMode(Enum):
+    """What opening the tier may do about the marker."""
+
+    CLAIM = "claim"    # write it when absent: a new volume, or one the user says to re-mark
+    EXPECT = "expect"  # the metadata refers to file data, so a missing marker means an emptied or wrong bucket
+    CHECK = "check"    # fsck and gc: read it, never write it
 
 
 @dataclass(frozen=True)

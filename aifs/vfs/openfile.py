@@ -1,5 +1,7 @@
 """The state of a regular file while handles have it open: unsealed writes and its live size."""
 
+from dataclasses import dataclass
+
 import trio
 
 from aifs.vfs.blockbuffer import BlockBuffer
@@ -33,6 +35,15 @@ class OpenFile:
     @property
     def dirty_bytes(self) -> int:
         return sum(len(buf) for buf in self.dirty.values())
+
+
+@dataclass(eq=False)
+class Handle:
+    """One open() of a file. Whether it wrote decides what its close() does: only a handle that
+    wrote seals the file's buffers, so only writers ever see a seal fail (a full staging area)."""
+
+    file: OpenFile
+    wrote: bool = False
 
 
 class OpenFiles:

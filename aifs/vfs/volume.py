@@ -1,25 +1,25 @@
 """A mounted volume: metadata, tiers, open files and the background movers, from one config."""
 
-import fcntl
+import errno
 import logging
-import os
 import time
-from pathlib import Path
 
 import trio
 
 from aifs.config import Config, Rule
+from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.factory import open_tier_manager
-from aifs.tiers.objstore import LocalObjectStore
+from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
 from aifs.vfs.names import NameCache
-from aifs.vfs.openfile import OpenFile, OpenFiles
+from aifs.vfs.openfile import Handle, OpenFile, OpenFiles
 from aifs.vfs.pinning import Pinner
 from aifs.vfs.prefetch import Prefetcher
 from aifs.vfs.readahead import DEFAULT_LIMIT, Readahead
+from aifs.vfs.statedir import VolumeLock, prepare_state_dir
 from aifs.vfs.writeback import GarbageCollector, Uploader
 
 log = logging.getLogger(__name__)
@@ -27,39 +27,23 @@ log = logging.getLogger(__name__)
 RELATIME_NS = 24 * 3600 * 10**9
 
 
-class VolumeBusy(Exception):
-    """Another process has this volume's state directory open."""
-
-
-def lock_state_dir(state_dir: Path) -> int:
-    """Hold an exclusive lock on the state directory for the life of the process."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise VolumeBusy(
-            f"the volume in {state_dir} is already in use by process {holder}; "
-            "unmount it first (aifs umount MOUNTPOINT)"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
 class Volume:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, lock: VolumeLock | None = None, accept_missing_marker: bool = False) -> None:
+        """Open the volume under `lock` (taken here when not given). A bucket without a volume
+        marker is refused while the metadata refers to file data, unless `accept_missing_marker`."""
         self.config = config
         self.state_dir = config.volume.state_dir
-        self._lock_fd = lock_state_dir(self.state_dir)
+        if lock is None:
+            prepare_state_dir(self.state_dir)
+            lock = VolumeLock.acquire(self.state_dir, "volume")
+        self._lock = lock
         self.meta = MetaEngine.open(
             self.state_dir / "meta", config.meta.shards, config.volume.block_size,
             int(config.writeback.garbage_grace * 10**9),
         )
         self._check_block_size()
-        self.tiers = open_tier_manager(config, self.meta.volume)
+        holds_data = self.meta.volume_stats()[1] > 0 and not accept_missing_marker
+        self.tiers = open_tier_manager(config, self.meta.volume, MarkerMode.EXPECT if holds_data else MarkerMode.CLAIM)
         self.files = OpenFiles()
         self.names = NameCache()
         self.uploader = Uploader(self.meta, self.tiers, self.files, config.writeback)
@@ -70,6 +54,7 @@ class Volume:
         self._nursery: trio.Nursery | None = None
         self.gc = GarbageCollector(self.meta, self.tiers, self.files)
         self._sync_meta = GroupCommit(self.meta.sync)
+        self.left_pending: tuple[int, int] | None = None  # (blocks, bytes) not yet durable at close
         self._recover()
 
     def _check_block_size(self) -> None:
@@ -82,13 +67,12 @@ class Volume:
     def _recover(self) -> None:
         """Resume what a crash interrupted: dirty blocks stay pinned, blocks staged for a
         commit that never happened are dropped, orphans are freed."""
-        dropped = self.tiers.nvme.recover(self.uploader.pending)
+        dropped = self.tiers.nvme.recover(self.meta.pending_uploads())
         if dropped:
             log.info("dropped %d block(s) staged by writes whose metadata commit never happened "
                      "(the daemon stopped between the two): %s", len(dropped),
                      " ".join(f"{b:016x}" for b in dropped[:10]))
-        for ino in self.meta.orphans():
-            self.meta.reclaim(ino)
+        self.gc.reclaim_orphans()
 
     def _blocks_committed(self, ino: int, refs: list[BlockRef]) -> None:
         """New blocks of a file: queued for upload (at once, beside the writers, when the
@@ -123,14 +107,35 @@ class Volume:
         return True
 
     async def close(self) -> None:
-        """Seal every buffer and make the metadata durable; the volume can then be reopened."""
+        """Seal every buffer and make the metadata durable; the volume can then be reopened.
+        What is still waiting for the durable tier stays staged for the next mount, and is
+        counted in `left_pending` (blocks, bytes). Everything is closed even when a seal
+        fails (a full disk); the failure is raised at the end."""
+        unsealed = await self._seal_all()
+        pending = self.uploader.pending
+        self.left_pending = (len(pending), self.tiers.nvme.bytes_of(pending))
+        try:
+            await self.tiers.close()
+        finally:
+            try:
+                self.meta.close()
+            finally:
+                self.tiers.nvme.close()
+                self._lock.close()
+        if unsealed:
+            raise FsError(unsealed[0].errno, f"{len(unsealed)} open file(s) could not be sealed at unmount, "
+                                             f"their unsaved writes are lost: {unsealed[0]}")
+
+    async def _seal_all(self) -> list[FsError]:
+        failures = []
         for of in self.files.all():
-            async with of.lock:
-                await self.data.seal(of)
-        await self.tiers.close()
-        self.meta.close()
-        self.tiers.nvme.close()
-        os.close(self._lock_fd)
+            try:
+                async with of.lock:
+                    await self.data.seal(of)
+            except FsError as e:
+                log.error("sealing inode %d at unmount failed: %s", of.ino, e)
+                failures.append(e)
+        return failures
 
     # -- attributes --------------------------------------------------------
 
@@ -155,7 +160,7 @@ class Volume:
 
     # -- open files --------------------------------------------------------
 
-    def open(self, ino: int, for_reading: bool) -> OpenFile:
+    def open(self, ino: int, for_reading: bool) -> Handle:
         """Open a file; an open for reading records the access (relatime rules).
 
         Reads are mostly served by the kernel's page cache without a request, so
@@ -177,7 +182,7 @@ class Volume:
             of.ranged = rule is None or rule.fetch == "range"
         if rule is not None and rule.pin is not None and self.pinner.pin_by_rule(ino, rule.pin):
             self.spawn(self.pinner.load, ino)
-        return of
+        return Handle(of)
 
     def rule_of(self, ino: int) -> Rule | None:
         """The config rule for the file's path, or None without rules or a known path."""
@@ -194,16 +199,34 @@ class Volume:
             return rule.direct_writes
         return self.config.fuse.direct_writes
 
-    async def read(self, of: OpenFile, offset: int, size: int) -> bytes:
+    async def read(self, handle: Handle, offset: int, size: int) -> bytes:
+        of = handle.file
         return await self.data.read(of.ino, of, of.size, offset, size)
 
-    async def write(self, of: OpenFile, offset: int, data: bytes) -> None:
+    async def write(self, handle: Handle, offset: int, data: bytes) -> None:
+        of = handle.file
+        self._check_capacity(of, offset + len(data))
+        handle.wrote = True
         async with of.lock:
             await self.data.write(of, offset, data)
         self.files.wrote(of)
 
+    def _check_capacity(self, of: OpenFile, end: int) -> None:
+        """A write that grows a file past an explicit volume.capacity fails with ENOSPC
+        (overwrites inside a file still work): the capacity df shows is a real limit."""
+        limit = self.config.volume.capacity
+        if limit is not None and end > of.size and self.meta.volume_stats()[1] + end - of.size > limit:
+            raise FsError(errno.ENOSPC, f"the volume holds its whole capacity of {limit} bytes "
+                                        "(volume.capacity); delete files or raise the capacity")
+
+    async def flush_handle(self, handle: Handle) -> None:
+        """close() of one handle: one that wrote seals the file (flush); one that only read
+        seals nothing, so a full staging area fails only the closes of writers."""
+        if handle.wrote:
+            await self.flush(handle.file)
+
     async def flush(self, of: OpenFile) -> None:
-        """close(): blocks staged and metadata committed, not yet synced (DESIGN section 4);
+        """close(): blocks staged and metadata committed, not yet synced (docs/architecture.md);
         under a `durability = "remote"` rule, also uploaded."""
         if of.dirty or of.lock.locked():  # most closes, and every read-only one, have nothing to seal
             async with of.lock:
@@ -211,7 +234,8 @@ class Volume:
         if self._wants_remote(of.ino):
             await self.upload_now([of.ino])
 
-    async def fsync(self, of: OpenFile) -> None:
+    async def fsync(self, handle: Handle) -> None:
+        of = handle.file
         async with of.lock:
             await self.data.seal(of)
             staged, of.unsynced = of.unsynced, []
@@ -244,9 +268,17 @@ class Volume:
         self.uploader.hurry(pending)
         await self.uploader.wait_uploaded(pending)
 
-    async def release(self, of: OpenFile) -> None:
-        await self.flush(of)
-        if not self.files.release(of):
+    async def release(self, handle: Handle) -> None:
+        """The end of a handle: what it wrote after its last close(), or what anyone left for the
+        last handle (written back from a mapping, say), is sealed now. Whatever happens, the
+        handle stops counting as open."""
+        of = handle.file
+        try:
+            if handle.wrote or of.handles == 1:
+                await self.flush(of)
+        finally:
+            last = self.files.release(of)
+        if not last:
             return
         if of.written and not self.files.writing:
             self.uploader.writers_closed()
@@ -260,12 +292,8 @@ class Volume:
         return self.files.is_open(ino)
 
     def statfs(self) -> tuple[int, int, int]:
-        """(capacity, free bytes, inodes) of the volume; a local object store is also bounded
-        by its disk's real free space, a bucket only by the configured capacity."""
-        capacity = self.tiers.cold.capacity
+        """(capacity, free bytes, inodes) as df shows them: the volume's own data against
+        volume.capacity, by default the durable tier's capacity (never the host disk's usage)."""
+        capacity = self.config.volume.capacity or self.tiers.cold.capacity
         inodes, used = self.meta.volume_stats()
-        free = max(capacity - used, 0)
-        if isinstance(self.tiers.cold, LocalObjectStore):
-            disk = os.statvfs(self.tiers.cold.root)
-            free = min(free, disk.f_bavail * disk.f_frsize)
-        return capacity, free, inodes
+        return capacity, max(capacity - used, 0), inodes

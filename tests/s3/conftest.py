@@ -1,5 +1,5 @@
 """A real S3 endpoint for the S3 tier's tests: moto's standalone server, started as its own
-process on a free loopback port and talked to by boto3 over HTTP (DESIGN section 7)."""
+process on a free loopback port and talked to by boto3 over HTTP."""
 
 from __future__ import annotations
 

@@ -46,6 +46,8 @@ class S3Setup:
     prefix: str = PREFIX
     block_size: int = BLOCK
     nvme: str = "2GiB"
+    nvme_path: str | None = None  # default: under the state directory
+    remote: dict[str, Any] | None = None  # the keys of a remote flash tier table, if any
     s3: dict[str, Any] = field(default_factory=dict)  # extra keys of the s3 tier table
     writeback: dict[str, Any] = field(default_factory=dict)
     rules: list[dict[str, Any]] = field(default_factory=list)
@@ -54,7 +56,9 @@ class S3Setup:
         tables = [
             ("[volume]", {"state_dir": str(state_dir), "block_size": self.block_size}),
             ("[[tiers]]", {"kind": "ram", "capacity": "64MiB"}),
-            ("[[tiers]]", {"kind": "nvme", "capacity": self.nvme}),
+            ("[[tiers]]", {"kind": "nvme", "capacity": self.nvme,
+                           **({"path": self.nvme_path} if self.nvme_path else {})}),
+            *((("[[tiers]]", {"kind": "remote", **self.remote}),) if self.remote else ()),
             ("[[tiers]]", {"kind": "s3", "endpoint": self.endpoint, "bucket": self.bucket,
                            "prefix": self.prefix, "access_key": ACCESS_KEY,
                            "secret_key": SECRET_KEY, **self.s3}),
@@ -166,7 +170,7 @@ def wait_for(condition: Callable[[], T], what: str, timeout: float = 60, every: 
     return value
 
 
-# -- the bucket, seen with plain boto3 (list only while nothing large uploads: DESIGN 8) --------
+# -- the bucket, seen with plain boto3 (list only while nothing large uploads: docs/s3-and-writeback.md) --------
 
 
 def bucket_keys(client: Any, bucket: str) -> set[str]:

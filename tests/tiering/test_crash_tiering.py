@@ -3,7 +3,7 @@
 Two moments where the NVMe tier is being rewritten fastest: `aifs warmup` filling it
 from the bottom tier, and eviction churning it (small RAM and NVMe budgets, data
 larger than both read and written at once). After each crash the volume is mounted
-again and must show (DESIGN.md section 4, issue 4):
+again and must show (docs/architecture.md):
 
 * every file closed before the kill reads back byte-identical; a corrupt cache entry
   would fail its checksum and surface as EIO, so any OSError fails the test;

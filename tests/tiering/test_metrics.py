@@ -60,12 +60,13 @@ def test_only_loopback_unless_allowed(tmp_path, listen):
 
 def test_metrics_are_off_by_default(tmp_path):
     (tmp_path / "a.toml").write_text(f'[volume]\nstate_dir = "{tmp_path}"\n')
-    assert serve_metrics(load_config(tmp_path / "a.toml").metrics, None) is None
+    assert serve_metrics(load_config(tmp_path / "a.toml").metrics) is None
 
 
 def test_endpoint_serves_tier_upload_and_fuse_metrics(tmp_path):
     volume = Volume(config(tmp_path, "127.0.0.1:0"))
-    server = serve_metrics(volume.config.metrics, volume)
+    server = serve_metrics(volume.config.metrics)
+    server.watch(volume)
     data = os.urandom(3 * 65536 + 7)
 
     @instrument_operations
@@ -78,7 +79,7 @@ def test_endpoint_serves_tier_upload_and_fuse_metrics(tmp_path):
 
     async def work() -> None:
         await volume.write(of, 0, data)
-        await volume.flush(of)
+        await volume.flush_handle(of)
         for _ in range(2):
             assert await Ops().read(0, len(data)) == data
         with pytest.raises(OSError):

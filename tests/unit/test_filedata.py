@@ -271,7 +271,7 @@ async def test_write_during_read_of_its_buffer(files_factory):
 @pytest.mark.parametrize("piece", [BS, BS // 4], ids=["whole-block-reads", "quarter-block-reads"])
 @trio_test
 async def test_hot_file_survives_one_sequential_pass_over_a_big_file(files, piece):
-    """A block read twice outranks a block streamed once (DESIGN section 4), also when
+    """A block read twice outranks a block streamed once (docs/tiers.md), also when
     the stream arrives in pieces smaller than a block, as FUSE sends it (128 KiB)."""
     hot = await files.write_sealed(b"hot", noise(2 * BS, 15))
     big = await files.write_sealed(b"big", noise(24 * BS, 16))
