@@ -109,7 +109,7 @@ class Vol:
         self.write((keys.inode(self.ino[name]), node.encode()))
 
 
-def _stage(meta: MetaEngine, nvme: NvmeTier, ino: int, data: bytes) -> dict[int, BlockRef]:
+def stage(meta: MetaEngine, nvme: NvmeTier, ino: int, data: bytes) -> dict[int, BlockRef]:
     """What a write from offset 0 does: new block objects on NVMe, then one commit of refs,
     size and U keys (blocks it replaces go to G)."""
     refs = {}
@@ -137,9 +137,9 @@ def _populate(volume: Vol, meta: MetaEngine, nvme: NvmeTier, cold: LocalObjectSt
     ino["sym"] = meta.create(ROOT_INO, b"sym", LINK, 0, 0, target=b"data/big")[0]
     meta.link(ino["small"], ROOT_INO, b"hardlink")
     meta.set_xattr(ino["big"], b"user.tag", b"v")
-    _upload(meta, nvme, cold, _stage(meta, nvme, ino["big"], os.urandom(BLOCK * 5 // 2)))
-    _upload(meta, nvme, cold, _stage(meta, nvme, ino["big"], b"x" * BLOCK))  # old block 0 -> G
-    _stage(meta, nvme, ino["small"], b"small file")
+    _upload(meta, nvme, cold, stage(meta, nvme, ino["big"], os.urandom(BLOCK * 5 // 2)))
+    _upload(meta, nvme, cold, stage(meta, nvme, ino["big"], b"x" * BLOCK))  # old block 0 -> G
+    stage(meta, nvme, ino["small"], b"small file")
     for name in ("big", "small"):
         volume.blocks[name] = [ref.block_id for ref in meta.all_block_refs(ino[name]).values()]
 

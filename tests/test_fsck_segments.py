@@ -15,16 +15,14 @@ from pathlib import Path
 
 import pytest
 from conftest import aifs_cli
+from test_fsck import BLOCK, stage
 
 from aifs.meta import MetaEngine
-from aifs.meta.attrs import BlockRef
 from aifs.meta.engine import ROOT_INO
-from aifs.tiers.checksum import checksum
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.records import HEADER
 
-BLOCK = 64 << 10
 SHARDS = 4
 FILE = stat.S_IFREG | 0o644
 
@@ -50,14 +48,7 @@ class SmallVolume:
             meta.close()
 
     def _write(self, meta: MetaEngine, nvme: NvmeTier, name: str, data: bytes) -> list[int]:
-        ino = meta.create(ROOT_INO, name.encode(), FILE, 0, 0)[0]
-        refs = {}
-        for offset in range(0, len(data), BLOCK):
-            chunk = data[offset:offset + BLOCK]
-            block_id = meta.block_ids.next()
-            nvme.put(block_id, chunk, dirty=True)
-            refs[offset // BLOCK] = BlockRef(block_id, 0, len(chunk), checksum(chunk))
-        meta.commit_blocks(ino, refs, len(data))
+        refs = stage(meta, nvme, meta.create(ROOT_INO, name.encode(), FILE, 0, 0)[0], data)
         self.blocks[name] = [ref.block_id for ref in refs.values()]
         return self.blocks[name]
 
