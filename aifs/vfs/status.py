@@ -38,7 +38,7 @@ def remote_health(remote: Any) -> dict[str, Any]:
 
 def metadata_health(meta: MetaEngine) -> dict[str, Any]:
     """A metadata store that failed a write turns the volume read-only; its reason, if it did."""
-    failure = getattr(meta.kv, "write_failure", None)
+    failure = meta.kv.write_failure
     return {"writable": failure is None, "write_failure": failure}
 
 

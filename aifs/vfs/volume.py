@@ -42,8 +42,9 @@ class Volume:
             int(config.writeback.garbage_grace * 10**9),
         )
         self._check_block_size()
-        holds_data = self.meta.volume_stats()[1] > 0 and not accept_missing_marker
-        self.tiers = open_tier_manager(config, self.meta.volume, MarkerMode.EXPECT if holds_data else MarkerMode.CLAIM)
+        expect_marker = self.meta.volume_stats()[1] > 0 and not accept_missing_marker  # it holds file data
+        self.tiers = open_tier_manager(config, self.meta.volume,
+                                       MarkerMode.EXPECT if expect_marker else MarkerMode.CLAIM)
         self.files = OpenFiles()
         self.names = NameCache()
         self.uploader = Uploader(self.meta, self.tiers, self.files, config.writeback)
