@@ -20,10 +20,11 @@ from click.testing import CliRunner
 from aifs.cli.fsck_cmd import fsck as fsck_cli
 from aifs.config import Config, load_config
 from aifs.fsck import Finding, run_fsck
-from aifs.meta import MetaEngine, keys
+from aifs.meta import MetaEngine, keys, usage
 from aifs.meta.attrs import BlockRef, Inode
 from aifs.meta.engine import ROOT_INO
-from aifs.meta.kv import Batch, ShardedRocksKV
+from aifs.meta.kv import Batch
+from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.tiers.checksum import checksum
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
@@ -322,7 +323,9 @@ def wrong_alloc(volume: Vol) -> None:
 
 
 def wrong_usage(volume: Vol) -> None:
-    volume.write((keys.counter(b"usage"), msgpack.packb((99, 1))))
+    with volume.kv() as kv:
+        kv.add(usage.INODES, 99)
+        kv.add(usage.BYTES, 1)
 
 
 REPAIRABLE: dict[str, tuple[Callable[[Vol], None], set[str]]] = {

@@ -169,8 +169,42 @@ class VolumeConfig(_Table):
         return data
 
 
+META_SCHEMES = ("rocksdb", "redis", "rediss", "redis+sentinel")
+
+
+def _meta_url(url: str | None) -> str | None:
+    if url is not None and urlsplit(url).scheme not in META_SCHEMES:
+        raise PydanticCustomError(
+            "meta_url", "{url!r} names no metadata engine; use rocksdb:// (embedded, one node), "
+            "redis://host:6379/0, rediss://... (TLS) or redis+sentinel://host:26379/master/0", {"url": url})
+    return url
+
+
 class MetaConfig(_Table):
+    """Where the namespace lives: embedded RocksDB in the state dir (one node), or a shared
+    engine that every node of the volume mounts, with sessions kept alive by heartbeats."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    url: Annotated[str | None, AfterValidator(_meta_url)] = None
     shards: int = Field(8, ge=1, le=256, strict=True)
+    heartbeat: float = Field(5.0, gt=0, strict=True)
+    session_timeout: float = Field(60.0, gt=0, strict=True)
+    remote_block_wait: float = Field(30.0, ge=0, strict=True)  # for a block still staged on another node
+
+    @property
+    def engine(self) -> str:
+        """"rocksdb" or "redis"."""
+        return "rocksdb" if self.url is None or self.url.startswith("rocksdb:") else "redis"
+
+    @model_validator(mode="after")
+    def _timeout_outlasts_heartbeats(self) -> "MetaConfig":
+        if self.session_timeout < 2 * self.heartbeat:
+            raise PydanticCustomError(
+                "session_timeout", "session_timeout ({timeout}) must be at least twice heartbeat ({beat}), "
+                "or a live node that misses one beat is declared dead",
+                {"timeout": self.session_timeout, "beat": self.heartbeat})
+        return self
 
 
 class TierConfig(_Table):

@@ -16,13 +16,12 @@ from aifs.fsck.context import Context
 from aifs.fsck.damage import check_damage
 from aifs.fsck.report import Finding, show_key
 from aifs.fsck.tiers import HeldBlocks
-from aifs.meta import keys
+from aifs.meta import keys, usage
 from aifs.meta.attrs import BlockRef
 from aifs.meta.kv import KVStore
 from aifs.tiers.checksum import checksum
 
 FileBlocks = list[tuple[int, BlockRef]]
-USAGE_KEY = keys.counter(b"usage")
 
 
 def check_blocks(ctx: Context) -> Iterator[Finding]:
@@ -157,12 +156,11 @@ class _BlockSweep:
 
     def usage(self) -> Iterator[Finding]:
         """The counters against the inodes that exist and the bytes their block refs hold."""
-        stored = self.meta.kv.get(USAGE_KEY)
-        counted = tuple(msgpack.unpackb(stored)) if stored else (0, 0)
+        counted = (self.meta.usage.inodes, self.meta.usage.bytes)
         expected = (len(self.ns.inodes), self.held_bytes)
         if counted != expected:
             yield Finding(
-                "wrong-usage", show_key(USAGE_KEY),
+                "wrong-usage", show_key(usage.INODES),
                 f"counters say {counted[0]} inodes and {counted[1]} bytes; the volume holds "
                 f"{expected[0]} inodes and {expected[1]} bytes in blocks",
                 "rewrite the counters", partial(repair.set_usage, self.meta, *expected),

@@ -50,7 +50,7 @@ def set_inode(meta: MetaEngine, ino: int, **fields: int) -> None:
 
 
 def set_usage(meta: MetaEngine, inodes: int, nbytes: int) -> None:
-    """Rewrite the statfs counters through the engine's Usage, which caches them."""
+    """Move the statfs counters to the totals fsck counted."""
     batch = Batch()
     meta.usage.add(batch, inodes=inodes - meta.usage.inodes, nbytes=nbytes - meta.usage.bytes)
     meta.kv.commit(batch)

@@ -22,7 +22,7 @@ from aifs.fsck.orphans import check_orphans
 from aifs.fsck.report import Finding, Summary
 from aifs.fsck.tiers import open_tiers
 from aifs.meta import MetaEngine, keys
-from aifs.meta.kv import ShardedRocksKV
+from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock
 

@@ -12,7 +12,7 @@ import msgpack
 from aifs.meta import keys
 from aifs.meta.attrs import BlockRef, Inode
 from aifs.meta.kv import Batch
-from aifs.meta.txn import Txn
+from aifs.meta.txn import Txn, retried
 
 DEFAULT_GRACE_NS = 5 * 10**9
 
@@ -34,6 +34,7 @@ class BlockMapOps:
         prefix = keys.block_prefix(ino)
         return {keys.read_u64(k, 9): BlockRef.decode(v) for k, v in self.kv.scan(prefix)}
 
+    @retried
     def commit_blocks(
         self, ino: int, refs: dict[int, BlockRef], size: int, mtime_ns: int | None = None,
     ) -> Inode:
@@ -45,6 +46,7 @@ class BlockMapOps:
         self._finish(txn, node, size, self._replace_refs(txn, ino, refs))
         return node
 
+    @retried
     def truncate(self, ino: int, size: int, cut: tuple[int, BlockRef] | None) -> Inode:
         """Set the size; blocks past the end are retired, `cut` replaces the partial last block."""
         txn = Txn(self.kv)
@@ -58,7 +60,9 @@ class BlockMapOps:
 
     def _replace_refs(self, txn: Txn, ino: int, refs: dict[int, BlockRef]) -> int:
         """Point blocks at new objects, retiring the old ones; returns the change in bytes held."""
-        old = self.block_refs(ino, refs)
+        indexes = list(refs)
+        stored = txn.multi_get([keys.block(ino, i) for i in indexes])
+        old = {i: BlockRef.decode(v) for i, v in zip(indexes, stored) if v is not None}
         delta = 0
         for index, ref in refs.items():
             if index in old:
@@ -78,7 +82,7 @@ class BlockMapOps:
     def retire_blocks(self, txn: Txn, ino: int, first_index: int) -> int:
         """Drop every block ref of `ino` from `first_index` on; returns the bytes they held."""
         freed = 0
-        for key, value in self.kv.scan(keys.block_prefix(ino), keys.block(ino, first_index)):
+        for key, value in txn.scan(keys.block_prefix(ino), keys.block(ino, first_index)):
             txn.batch.delete(key)
             freed += self._retire(txn, BlockRef.decode(value))
         return freed

@@ -17,10 +17,11 @@ from aifs.meta.attrs import Inode
 from aifs.meta.blockmap import DEFAULT_GRACE_NS, BlockMapOps
 from aifs.errors import FsError
 from aifs.meta.ids import IdAllocator
-from aifs.meta.kv import KVStore, ShardedRocksKV
+from aifs.meta.kv import KVStore
+from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.meta.names import NAME_MAX, check_name
 from aifs.meta.pins import PinOps
-from aifs.meta.txn import Txn
+from aifs.meta.txn import Txn, retried
 from aifs.meta.usage import Usage
 from aifs.meta.writestate import MetaWriteFailed
 from aifs.meta.xattrs import XattrOps
@@ -66,16 +67,24 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         return self.kv.writable()
 
     def _load_or_format(self, block_size: int) -> dict:
-        stored = self.kv.get(_VOLUME_KEY)
+        stored = self.kv.get_fresh(_VOLUME_KEY)
         if stored is not None:
             return msgpack.unpackb(stored)
+        return self._format(block_size)
+
+    @retried
+    def _format(self, block_size: int) -> dict:
+        """Create the volume; when another node formats it first, join theirs."""
         volume = {"uuid": str(uuid.uuid4()), "block_size": block_size, "format": FORMAT_VERSION}
         txn = Txn(self.kv)
+        stored = txn.get(_VOLUME_KEY)
+        if stored is not None:
+            return msgpack.unpackb(stored)
         root = Inode(stat.S_IFDIR | 0o755, 0, 0, size=DIR_SIZE, nlink=2, parent=ROOT_INO)
         root.atime_ns = root.mtime_ns = root.ctime_ns = txn.now
         txn.add(ROOT_INO, root)
         txn.batch.put(_VOLUME_KEY, msgpack.packb(volume))
-        Usage(self.kv).add(txn.batch, inodes=1)
+        Usage.add(txn.batch, inodes=1)
         txn.commit()
         self.kv.sync()
         return volume
@@ -115,6 +124,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     # -- creation ----------------------------------------------------------
 
+    @retried
     def create(
         self, parent: int, name: bytes, mode: int, uid: int, gid: int,
         rdev: int = 0, target: bytes | None = None,
@@ -147,6 +157,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         txn.commit()
         return ino, node
 
+    @retried
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
         check_name(name)
         txn = Txn(self.kv)
@@ -167,6 +178,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     # -- removal -----------------------------------------------------------
 
+    @retried
     def unlink(self, parent: int, name: bytes, is_open: IsOpen) -> int:
         txn = Txn(self.kv)
         ino = self._existing(txn, parent, name)
@@ -178,6 +190,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         txn.commit()
         return ino
 
+    @retried
     def rmdir(self, parent: int, name: bytes) -> int:
         if name == b".":
             raise FsError(errno.EINVAL, "cannot remove '.'")
@@ -202,7 +215,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
     def _check_empty_dir(self, txn: Txn, ino: int, name: bytes) -> None:
         if not txn.inode(ino).is_dir:
             raise FsError(errno.ENOTDIR, f"{name!r} is not a directory")
-        if next(self.readdir(ino), None) is not None:
+        if not txn.is_empty(keys.dentry_prefix(ino)):
             raise FsError(errno.ENOTEMPTY, f"directory {name!r} is not empty")
 
     def _drop_link(self, txn: Txn, ino: int, is_open: IsOpen) -> None:
@@ -222,7 +235,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         txn.batch.delete(keys.symlink(ino))
         txn.batch.delete(keys.orphan(ino))
         txn.batch.delete(keys.pin(ino))
-        for key, _ in self.kv.scan(keys.xattr_prefix(ino)):
+        for key, _ in txn.scan(keys.xattr_prefix(ino)):
             txn.batch.delete(key)
         self.retire_blocks(txn, ino, 0)
         self.usage.add(txn.batch, inodes=-1, nbytes=-node.alloc)
@@ -230,6 +243,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
     def orphans(self) -> list[int]:
         return [keys.read_u64(k, 1) for k, _ in self.kv.scan(keys.ORPHAN)]
 
+    @retried
     def reclaim(self, ino: int) -> None:
         """Free an orphan after its last close (or at mount, after a crash)."""
         txn = Txn(self.kv)
@@ -245,6 +259,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     # -- rename ------------------------------------------------------------
 
+    @retried
     def rename(
         self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
         flags: int, is_open: IsOpen,
@@ -333,6 +348,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     # -- attributes --------------------------------------------------------
 
+    @retried
     def setattr(self, ino: int, **changes: int) -> Inode:
         """Set any of mode, uid, gid, atime_ns, mtime_ns, ctime_ns; ctime moves to now."""
         txn = Txn(self.kv)
@@ -342,6 +358,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         txn.commit()
         return node
 
+    @retried
     def set_atime(self, ino: int, atime_ns: int) -> None:
         """Record an access; unlike other changes this leaves ctime alone. An access is not
         worth failing a read for: while the store cannot write, it goes unrecorded."""

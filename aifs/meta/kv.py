@@ -1,44 +1,34 @@
-"""The transactional KV seam under MetaEngine, and its embedded sharded-RocksDB backend.
+"""The transactional KV seam under MetaEngine: what every metadata engine driver provides.
 
-Shards are column families of one RocksDB: they share one WAL, so a WriteBatch that
-spans shards is still atomic, while memtables and compaction run per shard.
+A namespace operation reads what it needs, then commits one Batch: its writes, the values
+it read (its read set), the key ranges it found empty, and counter increments. The engine
+applies the batch atomically only if the read set still holds, and raises Conflict
+otherwise; the operation then runs again on fresh reads (aifs.meta.txn.retried). This is
+optimistic concurrency: an embedded single-writer engine never sees a conflict, a shared
+engine (many nodes) sees one only when two nodes change the same thing at once.
 
-A write that fails (a full disk, an I/O error) breaks RocksDB's WAL writer until the
-database is reopened, so the store turns read-only for changes, keeps serving reads, and
-reopens itself once writes can succeed again (aifs.meta.writestate).
+Counters (ids, usage totals) are separate from plain values: each engine stores them in
+its own native form and changes them with atomic increments, never by rewriting a total.
 """
 
-import errno
-import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Protocol
 
-from rocksdict import (
-    AccessType,
-    BlockBasedOptions,
-    Cache,
-    Options,
-    Rdict,
-    WriteBatch,
-    WriteOptions,
-)
 
-from aifs.meta.keys import is_owned_tag, owner
-from aifs.meta.snapshot_view import ReadOnlyView
-from aifs.meta.writestate import MetaWriteFailed, WriteState, classify, sync_wal_files
-
-_GOLDEN = 0x9E3779B97F4A7C15
-_CACHE_BYTES = 256 << 20
+class Conflict(Exception):
+    """A batch's read set changed before it could commit; rerun the operation."""
 
 
 class Batch:
-    """Puts and deletes that commit together or not at all, and what to do once they have."""
+    """Puts and deletes that commit together or not at all, under what they were based on."""
 
-    __slots__ = ("_on_commit", "ops")
+    __slots__ = ("_on_commit", "empty", "increments", "ops", "reads")
 
     def __init__(self) -> None:
         self.ops: dict[bytes, bytes | None] = {}
+        self.reads: dict[bytes, bytes | None] = {}
+        self.empty: list[bytes] = []
+        self.increments: dict[bytes, int] = {}
         self._on_commit: list[Callable[[], None]] = []
 
     def put(self, key: bytes, value: bytes) -> None:
@@ -46,6 +36,18 @@ class Batch:
 
     def delete(self, key: bytes) -> None:
         self.ops[key] = None
+
+    def expect(self, key: bytes, value: bytes | None) -> None:
+        """Commit only if `key` still holds `value` (None: still absent). The first read counts."""
+        self.reads.setdefault(key, value)
+
+    def expect_empty(self, prefix: bytes) -> None:
+        """Commit only if no key starts with `prefix` (an empty directory stays empty)."""
+        self.empty.append(prefix)
+
+    def add(self, counter: bytes, delta: int) -> None:
+        """Move a counter by `delta` when the batch commits, whatever others added meanwhile."""
+        self.increments[counter] = self.increments.get(counter, 0) + delta
 
     def on_commit(self, apply: Callable[[], None]) -> None:
         """Run `apply` once the batch is stored: what memory mirrors of the store changes
@@ -56,20 +58,45 @@ class Batch:
         for apply in self._on_commit:
             apply()
 
+    def first_conflict(self, get: Callable[[bytes], bytes | None],
+                       any_under: Callable[[bytes], bool]) -> bytes | None:
+        """The first read or empty range that no longer holds, for engines that check a
+        batch against their own current state; None when the batch may commit."""
+        for key, value in self.reads.items():
+            if get(key) != value:
+                return key
+        for prefix in self.empty:
+            if any_under(prefix):
+                return prefix
+        return None
+
 
 class KVStore(Protocol):
-    """What MetaEngine needs from a store; a network backend implements the same.
+    """What MetaEngine needs from a metadata engine; each driver is one module.
 
-    `commit` stores a batch atomically and then runs its on-commit hooks; a store that cannot
-    write raises MetaWriteFailed (ENOSPC or EIO) and stays readable."""
+    `commit` stores a batch atomically and then runs its on-commit hooks, or raises Conflict;
+    a store that cannot write raises MetaWriteFailed (ENOSPC or EIO) and stays readable.
+    `shared` says whether other nodes may change the store (a network engine)."""
+
+    shared: bool
 
     def get(self, key: bytes) -> bytes | None: ...
 
+    def get_fresh(self, key: bytes) -> bytes | None:
+        """Like get, bypassing any node-local cache: what the engine holds right now."""
+
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]: ...
 
-    def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]: ...
+    def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Keys starting with `prefix` in byte order, from `start` (inclusive) when given."""
 
     def commit(self, batch: Batch) -> None: ...
+
+    def counter(self, key: bytes) -> int:
+        """A counter's value (0 when it was never moved)."""
+
+    def add(self, key: bytes, delta: int) -> int:
+        """Move a counter at once, atomically across nodes; returns its new value."""
 
     def check_writable(self) -> None: ...
 
@@ -78,222 +105,7 @@ class KVStore(Protocol):
     @property
     def write_failure(self) -> str | None: ...
 
-    def sync(self) -> None: ...
+    def sync(self) -> None:
+        """Make every committed batch durable by the engine's rules."""
 
     def close(self) -> None: ...
-
-
-def _options(cache: Cache) -> Options:
-    table = BlockBasedOptions()
-    table.set_block_cache(cache)
-    table.set_bloom_filter(10, False)
-    opts = Options(raw_mode=True)
-    opts.set_block_based_table_factory(table)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    opts.set_max_background_jobs(2)
-    opts.set_keep_log_file_num(16)  # each reopen of a store that failed rotates RocksDB's info log
-    return opts
-
-
-class ShardedRocksKV:
-    """KVStore over RocksDB column families `s0..sN-1`; `meta` holds volume-wide keys.
-
-    `read_only` (fsck without --repair) opens a ReadOnlyView of the directory, so nothing in
-    it changes; writes then fail. A store whose disk is full when it opens serves reads from
-    such a view until it can be reopened for writes.
-
-    Commits and reads come from one thread (the mount's event loop), and so do reopens;
-    `sync` may run on another thread, so it and a reopen hold `_lock`.
-    """
-
-    def __init__(self, path: Path, shards: int, read_only: bool = False) -> None:
-        self._path = path
-        self._cache = Cache(_CACHE_BYTES)
-        self._names = [f"s{i}" for i in range(shards)]
-        existing = Rdict.list_cf(str(path), _options(self._cache)) if (path / "CURRENT").exists() else []
-        stored = [n for n in existing if n.startswith("s")]
-        if stored and len(stored) != shards:
-            raise ValueError(
-                f"metadata at {path} has {len(stored)} shards, config says meta.shards = {shards}; "
-                "the shard count is fixed when a volume is formatted"
-            )
-        self._read_only = read_only
-        self._state = WriteState(path)
-        self._lock = threading.RLock()
-        self._write_opts = WriteOptions()
-        self._write_opts.sync = False
-        self._view: ReadOnlyView | None = None
-        if read_only:
-            self._open(read_only=True)
-        else:
-            self._open_for_writes()
-
-    def _open(self, read_only: bool) -> None:
-        """Open the database (with `read_only`, a ReadOnlyView of it) and its families."""
-        opts = _options(self._cache)
-        families = {name: _options(self._cache) for name in [*self._names, "meta"]}
-        if read_only:
-            self._view = ReadOnlyView(self._path)
-            try:
-                self._db = Rdict(str(self._view.path), opts, column_families=families,
-                                 access_type=AccessType.read_only())
-            except Exception:
-                self._view.close()
-                self._view = None
-                raise
-        else:
-            self._db = Rdict(str(self._path), opts, column_families=families)
-        self._handles = [self._db.get_column_family_handle(n) for n in self._names]
-        self._families = [self._db.get_column_family(n) for n in self._names]
-        self._meta_handle = self._db.get_column_family_handle("meta")
-        self._meta = self._db.get_column_family("meta")
-
-    def _open_for_writes(self) -> None:
-        """Open for writes; an existing store on a full disk (its WAL cannot be replayed
-        into tables) opens read-only instead, and reopens once there is room."""
-        try:
-            self._open(read_only=False)
-        except Exception as e:
-            if not (self._path / "CURRENT").exists() or classify(e, self._path).errno != errno.ENOSPC:
-                raise
-            self._state.failed(e, wal_intact=True)
-            self._open(read_only=True)
-
-    def _close_db(self) -> None:
-        del self._families, self._handles, self._meta, self._meta_handle
-        try:
-            self._db.close()
-        except Exception:  # a DB whose writer failed says so again as it closes; it is closed all the same
-            if self._state.failure is None:
-                raise
-        del self._db
-        if self._view is not None:
-            self._view.close()
-            self._view = None
-
-    def _shard(self, key: bytes) -> int | None:
-        ino = owner(key)
-        if ino is None:
-            return None
-        return ((ino * _GOLDEN) & 0xFFFFFFFFFFFFFFFF) % len(self._names)
-
-    def _family(self, key: bytes) -> Rdict:
-        shard = self._shard(key)
-        return self._meta if shard is None else self._families[shard]
-
-    def _handle(self, key: bytes):
-        shard = self._shard(key)
-        return self._meta_handle if shard is None else self._handles[shard]
-
-    def get(self, key: bytes) -> bytes | None:
-        return self._family(key).get(key)
-
-    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        return [self._family(key).get(key) for key in keys]
-
-    def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Keys starting with `prefix` in order, from `start` (inclusive) when given.
-
-        A bare tag of per-inode keys (fsck's full sweeps) visits shard after shard.
-        """
-        if is_owned_tag(prefix):
-            for family in self._families:
-                yield from self._scan_family(family, prefix, start)
-        else:
-            yield from self._scan_family(self._family(prefix), prefix, start)
-
-    @staticmethod
-    def _scan_family(family: Rdict, prefix: bytes, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        it = family.iter()
-        it.seek(max(start, prefix) if start is not None else prefix)
-        try:
-            while it.valid():
-                key = it.key()
-                if not key.startswith(prefix):
-                    return
-                yield key, it.value()
-                it.next()
-        finally:
-            del it
-
-    # -- writes ------------------------------------------------------------
-
-    @property
-    def write_failure(self) -> str | None:
-        """None while writes succeed; otherwise why the metadata is read-only, in one line."""
-        failure = self._state.failure
-        return None if failure is None else failure.reason
-
-    def check_writable(self) -> None:
-        """Raise MetaWriteFailed unless writes can go through now. After a failure this is
-        where the database is reopened, once the disk has room again."""
-        if self._read_only:
-            raise MetaWriteFailed(errno.EROFS, f"the metadata in {self._path} is open read-only")
-        if self._state.failure is not None and not (self._state.may_retry() and self._reopen()):
-            raise self._state.failure
-
-    def writable(self) -> bool:
-        try:
-            self.check_writable()
-        except MetaWriteFailed:
-            return False
-        return True
-
-    def _reopen(self) -> bool:
-        """Close the failed database and open it again; when that fails too, reads go on
-        from a read-only view of it."""
-        with self._lock:
-            self._close_db()
-            try:
-                self._open(read_only=False)
-            except Exception as e:  # noqa: BLE001 - rocksdict raises RocksDB's errors as plain Exception
-                self._state.reopen_failed(e)
-                self._open(read_only=True)
-                return False
-            self._state.recovered()
-        return True
-
-    def commit(self, batch: Batch) -> None:
-        if batch.ops:
-            self.check_writable()
-            wb = WriteBatch(raw_mode=True)
-            for key, value in batch.ops.items():
-                if value is None:
-                    wb.delete(key, self._handle(key))
-                else:
-                    wb.put(key, value, self._handle(key))
-            try:
-                self._db.write(wb, self._write_opts)
-            except Exception as e:  # noqa: BLE001 - rocksdict raises RocksDB's errors as plain Exception
-                raise self._state.failed(e, wal_intact=True) from None
-        batch.committed()
-
-    def sync(self) -> None:
-        """Make every committed batch durable (fsync of the shared WAL). A store that turned
-        read-only for lack of space fsyncs the WAL files itself: all it acknowledged is in them."""
-        with self._lock:
-            if self._state.failure is None:
-                try:
-                    self._db.flush_wal(True)
-                    return
-                except Exception as e:  # noqa: BLE001 - rocksdict raises RocksDB's errors as plain Exception
-                    self._state.failed(e, wal_intact=False)
-            if not self._state.wal_intact:
-                raise self._state.failure
-            try:
-                sync_wal_files(self._path)
-            except OSError as e:
-                raise MetaWriteFailed(errno.EIO, f"{self._state.failure.reason}; and its WAL could not "
-                                                 f"be synced: {e}") from None
-
-    def close(self) -> None:
-        """Make what was committed durable, then close; a store that cannot write is
-        reopened first when its disk has room again."""
-        try:
-            if not self._read_only:
-                self.writable()
-                self.sync()
-        finally:
-            with self._lock:
-                self._close_db()

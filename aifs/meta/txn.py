@@ -1,16 +1,30 @@
-"""One namespace transaction: reads, checks, then a single atomic batch."""
+"""One namespace transaction: reads, checks, then a single atomic batch under its read set."""
 
 import errno
+import functools
+import logging
+import random
 import time
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 from aifs.meta import keys
 from aifs.meta.attrs import Inode
 from aifs.errors import FsError
-from aifs.meta.kv import Batch, KVStore
+from aifs.meta.kv import Batch, Conflict, KVStore
+
+log = logging.getLogger(__name__)
+
+_ATTEMPTS = 50
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Txn:
-    """Collects the inodes an operation touches so each is read once and written once."""
+    """Collects the inodes an operation touches so each is read once and written once.
+
+    Every read goes into the batch's read set: the commit succeeds only if nothing the
+    operation based its decision on changed meanwhile (on another node, say)."""
 
     def __init__(self, kv: KVStore) -> None:
         self.kv = kv
@@ -19,9 +33,34 @@ class Txn:
         self._inodes: dict[int, Inode] = {}
         self._dirty: set[int] = set()
 
+    def get(self, key: bytes) -> bytes | None:
+        value = self.kv.get(key)
+        self.batch.expect(key, value)
+        return value
+
+    def multi_get(self, keys_: list[bytes]) -> list[bytes | None]:
+        values = self.kv.multi_get(keys_)
+        for key, value in zip(keys_, values):
+            self.batch.expect(key, value)
+        return values
+
+    def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Keys under `prefix`, each one part of the read set. Keys added to the range later
+        are caught by the owner inode, which every such addition rewrites."""
+        for key, value in self.kv.scan(prefix, start):
+            self.batch.expect(key, value)
+            yield key, value
+
+    def is_empty(self, prefix: bytes) -> bool:
+        """Whether no key starts with `prefix`; if so, the commit requires it still to be."""
+        if next(self.kv.scan(prefix), None) is not None:
+            return False
+        self.batch.expect_empty(prefix)
+        return True
+
     def inode(self, ino: int) -> Inode:
         if ino not in self._inodes:
-            data = self.kv.get(keys.inode(ino))
+            data = self.get(keys.inode(ino))
             if data is None:
                 raise FsError(errno.ENOENT, f"inode {ino} does not exist")
             self._inodes[ino] = Inode.decode(data)
@@ -34,7 +73,7 @@ class Txn:
         return node
 
     def dentry(self, parent: int, name: bytes) -> int | None:
-        data = self.kv.get(keys.dentry(parent, name))
+        data = self.get(keys.dentry(parent, name))
         return None if data is None else keys.read_u64(data)
 
     def add(self, ino: int, node: Inode) -> None:
@@ -67,3 +106,22 @@ class Txn:
         for ino in self._dirty:
             self.batch.put(keys.inode(ino), self._inodes[ino].encode())
         self.kv.commit(self.batch)
+
+
+def retried(operation: Callable[P, R]) -> Callable[P, R]:
+    """Run a namespace operation again, on fresh reads, when its commit meets a Conflict.
+
+    Conflicts come from other nodes changing the same inodes at once; a short random pause
+    keeps two nodes from meeting again in lockstep."""
+
+    @functools.wraps(operation)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(_ATTEMPTS):
+            try:
+                return operation(*args, **kwargs)
+            except Conflict:
+                time.sleep(random.uniform(0, 0.0002 * min(attempt + 1, 20)))
+        log.error("%s gave up after %d conflicting attempts", operation.__name__, _ATTEMPTS)
+        raise FsError(errno.EIO, f"{operation.__name__} kept conflicting with other nodes' changes")
+
+    return run

@@ -1,7 +1,7 @@
 """Volume-wide totals (inodes, bytes held by blocks) that statfs reports.
 
-Kept in memory and written in the same batch as every change to them; the memory copy
-moves only once that batch commits, so the totals always agree with the namespace.
+Two counters in the store, moved by atomic increments in the same batch as every change
+to them, so the totals agree with the namespace however many nodes change it.
 """
 
 import msgpack
@@ -9,21 +9,41 @@ import msgpack
 from aifs.meta import keys
 from aifs.meta.kv import Batch, KVStore
 
-_KEY = keys.counter(b"usage")
+INODES = keys.counter(b"usage.inodes")
+BYTES = keys.counter(b"usage.bytes")
+_OLD_TOTALS = keys.counter(b"usage")  # one msgpack pair, as single-node volumes kept it
 
 
 class Usage:
     def __init__(self, kv: KVStore) -> None:
-        stored = kv.get(_KEY)
-        self.inodes, self.bytes = msgpack.unpackb(stored) if stored else (0, 0)
+        self._kv = kv
+        self._adopt_old_totals()
 
-    def add(self, batch: Batch, inodes: int = 0, nbytes: int = 0) -> None:
-        """Stage a change of the totals in `batch`, on top of what it already staged."""
-        staged = batch.ops.get(_KEY)
-        before = msgpack.unpackb(staged) if staged is not None else (self.inodes, self.bytes)
-        totals = (before[0] + inodes, before[1] + nbytes)
-        batch.put(_KEY, msgpack.packb(totals))
-        batch.on_commit(lambda: self._set(totals))
+    def _adopt_old_totals(self) -> None:
+        """A volume that kept both totals in one value moves them into the two counters."""
+        stored = self._kv.get(_OLD_TOTALS)
+        if stored is None or not self._kv.writable():
+            return
+        inodes, nbytes = msgpack.unpackb(stored)
+        batch = Batch()
+        batch.expect(_OLD_TOTALS, stored)
+        batch.delete(_OLD_TOTALS)
+        batch.add(INODES, inodes)
+        batch.add(BYTES, nbytes)
+        self._kv.commit(batch)
 
-    def _set(self, totals: tuple[int, int]) -> None:
-        self.inodes, self.bytes = totals
+    @staticmethod
+    def add(batch: Batch, inodes: int = 0, nbytes: int = 0) -> None:
+        """Stage a change of the totals in `batch`."""
+        if inodes:
+            batch.add(INODES, inodes)
+        if nbytes:
+            batch.add(BYTES, nbytes)
+
+    @property
+    def inodes(self) -> int:
+        return self._kv.counter(INODES)
+
+    @property
+    def bytes(self) -> int:
+        return self._kv.counter(BYTES)

@@ -4,7 +4,7 @@ import errno
 
 from aifs.meta import keys
 from aifs.errors import FsError
-from aifs.meta.txn import Txn
+from aifs.meta.txn import Txn, retried
 
 XATTR_NAME_MAX = 255
 XATTR_SIZE_MAX = 65536
@@ -34,6 +34,7 @@ class XattrOps:
         prefix = keys.xattr_prefix(ino)
         return [key[len(prefix):] for key, _ in self.kv.scan(prefix)]
 
+    @retried
     def set_xattr(self, ino: int, name: bytes, value: bytes) -> None:
         if len(name) > XATTR_NAME_MAX:
             raise FsError(errno.ERANGE, f"attribute name of {len(name)} bytes is too long")
@@ -45,9 +46,12 @@ class XattrOps:
         txn.batch.put(keys.xattr(ino, name), value)
         txn.commit()
 
+    @retried
     def remove_xattr(self, ino: int, name: bytes) -> None:
-        self.get_xattr(ino, name)
+        check_namespace(name)
         txn = Txn(self.kv)
+        if txn.get(keys.xattr(ino, name)) is None:
+            raise FsError(errno.ENODATA, f"no attribute {name!r} on inode {ino}")
         txn.touch(ino, mtime=False)
         txn.batch.delete(keys.xattr(ino, name))
         txn.commit()

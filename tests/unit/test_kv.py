@@ -3,7 +3,8 @@
 import pytest
 
 from aifs.meta import keys
-from aifs.meta.kv import Batch, ShardedRocksKV
+from aifs.meta.kv import Batch
+from aifs.meta.rocks_kv import ShardedRocksKV
 
 from .conftest import SHARDS
 

@@ -15,7 +15,8 @@ from smallfs import small_fs_at
 from aifs.config.models import WritebackConfig
 from aifs.meta import MetaEngine, keys
 from aifs.meta.ids import IdAllocator
-from aifs.meta.kv import Batch, ShardedRocksKV
+from aifs.meta.kv import Batch
+from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.meta.writestate import MetaWriteFailed, classify
 from aifs.vfs import writeback
 from aifs.vfs.openfile import OpenFiles
