@@ -10,6 +10,7 @@ from aifs.config import Config, Rule
 from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine
 from aifs.meta.attrs import BlockRef
+from aifs.meta.engines import open_kv
 from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.filedata import FileData
@@ -37,10 +38,8 @@ class Volume:
             prepare_state_dir(self.state_dir)
             lock = VolumeLock.acquire(self.state_dir, "volume")
         self._lock = lock
-        self.meta = MetaEngine.open(
-            self.state_dir / "meta", config.meta.shards, config.volume.block_size,
-            int(config.writeback.garbage_grace * 10**9),
-        )
+        self.meta = MetaEngine(open_kv(config), config.volume.block_size,
+                               int(config.writeback.garbage_grace * 10**9))
         self._check_block_size()
         expect_marker = self.meta.volume_stats()[1] > 0 and not accept_missing_marker  # it holds file data
         self.tiers = open_tier_manager(config, self.meta.volume,
