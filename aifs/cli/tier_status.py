@@ -20,9 +20,13 @@ def status_lines(report: dict) -> list[str]:
 
 
 def _metadata_line(metadata: dict) -> str:
-    if metadata["writable"]:
-        return "  metadata: writable"
-    return f"  metadata: read-only ({metadata['write_failure']})"
+    state = "writable" if metadata["writable"] else f"read-only ({metadata['write_failure']})"
+    line = f"  metadata: {metadata['engine']}, {state}"
+    for info in metadata.get("sessions", ()):
+        this = " (this mount)" if info["sid"] == metadata["session"] else ""
+        line += (f"\n    session {info['sid']}{this}: node {info['node']} on {info['host']}, "
+                 f"pid {info['pid']}, {info['mountpoint']}, aifs {info['version']}")
+    return line
 
 
 def _tier_lines(name: str, tier: dict) -> list[str]:

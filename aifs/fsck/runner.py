@@ -9,7 +9,7 @@ links are counted after that, and blocks and the usage counters last.
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from aifs.config import Config
@@ -22,9 +22,11 @@ from aifs.fsck.orphans import check_orphans
 from aifs.fsck.report import Finding, Summary
 from aifs.fsck.tiers import open_tiers
 from aifs.meta import MetaEngine, keys
+from aifs.meta.engines import open_kv, redact
 from aifs.meta.rocks_kv import ShardedRocksKV
+from aifs.meta.sessions import live_sessions
 from aifs.tiers.s3_marker import S3SetupError
-from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock
+from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock, node_id
 
 CHECKS = (check_marker, check_keys, check_orphans, check_links, check_blocks)
 _VOLUME_KEY = keys.counter(b"volume")
@@ -55,6 +57,10 @@ def run_fsck(config: Config, *, repair: bool = False, verify: bool = False,
 def offline_volume(config: Config, writable: bool = True) -> Iterator[MetaEngine]:
     """The metadata of an unmounted volume, locked against mounts for as long as it is open;
     opened read-only (and locked without writing the lock file) unless `writable`."""
+    if config.meta.engine != "rocksdb":
+        with _shared_metadata(config, writable) as meta:
+            yield meta
+        return
     state_dir = config.volume.state_dir
     meta_dir = state_dir / "meta"
     if not (meta_dir / "CURRENT").exists():
@@ -99,6 +105,26 @@ def _volume_lock(state_dir: Path, writable: bool) -> Iterator[None]:
         yield
     finally:
         lock.close()
+
+
+@contextmanager
+def _shared_metadata(config: Config, writable: bool) -> Iterator[MetaEngine]:
+    """A shared engine's volume, once no node has it mounted (no session beats within the
+    session timeout); this node's state directory is locked as for a single-node volume."""
+    kv = open_kv(config, read_only=not writable)
+    try:
+        if kv.get_fresh(_VOLUME_KEY) is None:
+            raise FsckError(f"the metadata engine at {redact(config.meta.url)} holds no aifs volume")
+        live = live_sessions(kv, config.meta.session_timeout)
+        if live:
+            raise FsckError(f"refusing to check a volume mounted on {len(live)} node(s): "
+                            + "; ".join(info.describe() for info in live) + "; unmount it everywhere first")
+        state_dir = config.volume.state_dir
+        node = node_id(state_dir) if state_dir.is_dir() else ""
+        with _volume_lock(state_dir, writable) if state_dir.is_dir() else nullcontext():
+            yield MetaEngine(kv, config.volume.block_size, node=node.encode())
+    finally:
+        kv.close()
 
 
 @contextmanager

@@ -9,6 +9,9 @@ from aifs.meta import Inode
 PREFERRED_IO = 1 << 20
 
 
+FROZEN_TIMEOUT_S = 3600.0  # a frozen tree cannot change until thawed, and a thaw is pushed to every node
+
+
 @dataclass(frozen=True)
 class Timeouts:
     entry: float
@@ -19,8 +22,8 @@ def entry_attributes(ino: int, node: Inode, timeouts: Timeouts) -> pyfuse3.Entry
     attr = pyfuse3.EntryAttributes()
     attr.st_ino = ino
     attr.generation = 0
-    attr.entry_timeout = timeouts.entry
-    attr.attr_timeout = timeouts.attr
+    attr.entry_timeout = FROZEN_TIMEOUT_S if node.frozen else timeouts.entry
+    attr.attr_timeout = FROZEN_TIMEOUT_S if node.frozen else timeouts.attr
     attr.st_mode = node.mode
     attr.st_nlink = node.nlink
     attr.st_uid = node.uid

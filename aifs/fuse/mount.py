@@ -15,6 +15,7 @@ from aifs.control import SOCKET_NAME
 from aifs.control.server import ControlServer
 from aifs.fuse.attrs import Timeouts
 from aifs.fuse.heap import keep_request_buffers
+from aifs.fuse.invalidation import invalidate_kernel
 from aifs.fuse.mountinfo import SOURCE_PREFIX, aifs_mount
 from aifs.fuse.ops import AifsOperations
 from aifs.fuse.preflight import MountRefused
@@ -51,7 +52,7 @@ def serve(config: Config, mountpoint: Path, lock: VolumeLock, accept_missing_mar
     metrics = volume = None
     try:
         metrics = serve_metrics(config.metrics)
-        volume = Volume(config, lock, accept_missing_marker)
+        volume = Volume(config, lock, accept_missing_marker, str(mountpoint))
         _serve(volume, config, mountpoint, metrics)
         record.finished = True
     except (MetricsUnavailable, S3SetupError, TransportUnavailable) as e:
@@ -75,6 +76,8 @@ def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsSer
     timeouts = Timeouts(entry=config.fuse.entry_timeout, attr=config.fuse.attr_timeout)
     operations = AifsOperations(volume, timeouts)
     pyfuse3.init(operations, str(mountpoint), mount_options(config))
+    if volume.meta.kv.shared:
+        volume.meta.kv.subscribe(invalidate_kernel)
     log.info("mounted %s at %s", config.volume.state_dir, mountpoint)
     try:
         trio.run(_run, volume, config, mountpoint)

@@ -1,13 +1,11 @@
 """pyfuse3 request handlers: each translates one FUSE request into volume and metadata calls."""
 
-import errno
 import json
 import os
 import stat
 
 import pyfuse3
 
-from aifs.errors import FsError
 from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
 from aifs.fuse.cachemode import CacheModes
 from aifs.fuse.errors import translate_errors
@@ -37,7 +35,7 @@ class AifsOperations(pyfuse3.Operations):
     def __init__(self, volume: Volume, timeouts: Timeouts) -> None:
         super().__init__()
         self.vol = volume
-        self.meta = volume.meta
+        self.ns = volume.ns
         self.timeouts = timeouts
         self._files: dict[int, Handle] = {}
         self._modes = CacheModes()
@@ -54,23 +52,15 @@ class AifsOperations(pyfuse3.Operations):
     # -- names -------------------------------------------------------------
 
     async def lookup(self, parent_inode, name, ctx):
-        try:
-            ino, _ = self.meta.lookup(parent_inode, name)
-        except FsError as e:
-            if e.errno == errno.ENOENT:
-                return negative_entry(self.timeouts)
-            raise
-        self.vol.names.remember(ino, parent_inode, name)
-        return self._entry(ino)
+        ino = self.ns.lookup(parent_inode, name)
+        return negative_entry(self.timeouts) if ino is None else self._entry(ino)
 
     async def forget(self, inode_list):
         """Inodes live in the metadata; only what is known of their cached pages is dropped."""
         self._modes.forget([inode for inode, _ in inode_list])
 
     async def _make(self, parent, name, mode, ctx, rdev=0, target=None):
-        ino, _ = self.meta.create(parent, name, mode, ctx.uid, ctx.gid, rdev, target)
-        self.vol.names.remember(ino, parent, name)
-        return ino
+        return self.ns.create(parent, name, mode, ctx.uid, ctx.gid, rdev, target)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         return self._entry(await self._make(parent_inode, name, mode, ctx, rdev))
@@ -84,23 +74,20 @@ class AifsOperations(pyfuse3.Operations):
         return self._entry(await self._make(parent_inode, name, mode, ctx, target=target))
 
     async def readlink(self, inode, ctx):
-        return self.meta.readlink(inode)
+        return self.ns.readlink(inode)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        self.meta.link(inode, new_parent_inode, new_name)
-        self.vol.names.remember(inode, new_parent_inode, new_name)
+        self.ns.link(inode, new_parent_inode, new_name)
         return self._entry(inode)
 
     async def unlink(self, parent_inode, name, ctx):
-        self.meta.unlink(parent_inode, name, self.vol.is_open)
+        self.ns.unlink(parent_inode, name)
 
     async def rmdir(self, parent_inode, name, ctx):
-        self.meta.rmdir(parent_inode, name)
+        self.ns.rmdir(parent_inode, name)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        self.meta.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags, self.vol.is_open)
-        moved, _ = self.meta.lookup(parent_inode_new, name_new)
-        self.vol.names.moved(parent_inode_old, name_old, moved, parent_inode_new, name_new)
+        self.ns.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
 
     # -- attributes --------------------------------------------------------
 
@@ -112,7 +99,7 @@ class AifsOperations(pyfuse3.Operations):
             await self.vol.set_size(inode, attr.st_size)
         changes = {}
         if fields.update_mode:
-            old = self.meta.getattr(inode).mode
+            old = self.vol.getattr(inode).mode
             changes["mode"] = stat.S_IFMT(old) | stat.S_IMODE(attr.st_mode)
         if fields.update_uid:
             changes["uid"] = attr.st_uid
@@ -122,7 +109,7 @@ class AifsOperations(pyfuse3.Operations):
             if getattr(fields, flag):
                 changes[field] = getattr(attr, source)
         if changes or not fields.update_size:
-            self.meta.setattr(inode, **changes)
+            self.ns.set_attributes(inode, **changes)
         of = self.vol.files.get(inode)
         if of is not None and "mtime_ns" in changes:
             of.mtime_ns = changes["mtime_ns"]
@@ -145,16 +132,16 @@ class AifsOperations(pyfuse3.Operations):
     async def getxattr(self, inode, name, ctx):
         if name == STATE_XATTR:
             return json.dumps(self.vol.file_state(inode)).encode()
-        return self.meta.get_xattr(inode, name)
+        return self.ns.get_xattr(inode, name)
 
     async def setxattr(self, inode, name, value, ctx):
-        self.meta.set_xattr(inode, name, value)
+        self.ns.set_xattr(inode, name, value)
 
     async def listxattr(self, inode, ctx):
-        return self.meta.list_xattrs(inode)
+        return self.ns.list_xattrs(inode)
 
     async def removexattr(self, inode, name, ctx):
-        self.meta.remove_xattr(inode, name)
+        self.ns.remove_xattr(inode, name)
 
     # -- files -------------------------------------------------------------
 
@@ -162,16 +149,18 @@ class AifsOperations(pyfuse3.Operations):
         fh = self._new_fh()
         write_only = flags & os.O_ACCMODE == os.O_WRONLY
         wants_direct = write_only and self._may_write_directly(inode)
-        self._files[fh] = self.vol.open(inode, for_reading=not write_only)
+        handle = self._files[fh] = self.vol.open(inode, for_reading=not write_only,
+                                                 for_writing=flags & os.O_ACCMODE != os.O_RDONLY)
         mode = self._modes.open(fh, inode, wants_direct)
-        return pyfuse3.FileInfo(fh=fh, direct_io=mode.direct_io, keep_cache=mode.keep_cache)
+        return pyfuse3.FileInfo(fh=fh, direct_io=mode.direct_io,
+                                keep_cache=mode.keep_cache and not handle.stale_pages)
 
     def _may_write_directly(self, inode: int) -> bool:
         """Set-id and capability-carrying files stay cached: a write through the cache has the
         kernel drop those privileges, a direct one asks the mount to (a flag pyfuse3 does not
         pass on)."""
-        privileged = (self.meta.getattr(inode).mode & (stat.S_ISUID | stat.S_ISGID)
-                      or self.meta.has_xattr(inode, CAPABILITY_XATTR))
+        privileged = (self.vol.getattr(inode).mode & (stat.S_ISUID | stat.S_ISGID)
+                      or self.ns.has_xattr(inode, CAPABILITY_XATTR))
         return not privileged and self.vol.direct_writes(inode)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -203,15 +192,14 @@ class AifsOperations(pyfuse3.Operations):
     # -- directories -------------------------------------------------------
 
     async def opendir(self, inode, ctx):
-        if not self.meta.getattr(inode).is_dir:
-            raise FsError(errno.ENOTDIR, f"inode {inode} is not a directory")
+        self.ns.directory(inode)
         fh = self._new_fh()
         self._dirs[fh] = DirListing(inode)
         return fh
 
     async def readdir(self, fh, start_id, token):
         listing = self._dirs[fh]
-        for name, ino, next_id in listing.entries(self.meta, start_id):
+        for name, ino, next_id in listing.entries(self.vol.meta, start_id):
             if not pyfuse3.readdir_reply(token, name, self._entry(ino), next_id):
                 return
             listing.accepted(name)

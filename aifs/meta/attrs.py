@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import msgpack
 
+FROZEN = 1  # Inode.flags: part of a frozen (immutable) tree, cached everywhere without revalidation
+
 
 @dataclass(slots=True)
 class Inode:
@@ -12,6 +14,7 @@ class Inode:
 
     `alloc` is the bytes held by blocks (st_blocks reports it); `parent` is kept for
     directories only, whose single parent makes `..` and the rename loop check one get each.
+    `flags` holds FROZEN; it is encoded only when set, so unflagged inodes keep their old form.
     """
 
     mode: int
@@ -25,12 +28,12 @@ class Inode:
     rdev: int = 0
     alloc: int = 0
     parent: int = 0
+    flags: int = 0
 
     def encode(self) -> bytes:
-        return msgpack.packb((
-            self.mode, self.uid, self.gid, self.size, self.nlink, self.atime_ns,
-            self.mtime_ns, self.ctime_ns, self.rdev, self.alloc, self.parent,
-        ))
+        fields = (self.mode, self.uid, self.gid, self.size, self.nlink, self.atime_ns,
+                  self.mtime_ns, self.ctime_ns, self.rdev, self.alloc, self.parent)
+        return msgpack.packb((*fields, self.flags) if self.flags else fields)
 
     @classmethod
     def decode(cls, data: bytes) -> "Inode":
@@ -43,6 +46,10 @@ class Inode:
     @property
     def is_reg(self) -> bool:
         return stat.S_ISREG(self.mode)
+
+    @property
+    def frozen(self) -> bool:
+        return bool(self.flags & FROZEN)
 
 
 @dataclass(frozen=True, slots=True)

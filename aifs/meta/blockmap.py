@@ -17,13 +17,14 @@ from aifs.meta.txn import Txn, retried
 DEFAULT_GRACE_NS = 5 * 10**9
 
 
-def queue_upload(batch: Batch, ref: BlockRef) -> None:
-    """Queue an object for upload; the checksum lets the uploader refuse a rotten staged copy."""
-    batch.put(keys.upload(ref.block_id), keys.u64(ref.checksum))
+def queue_upload(batch: Batch, ref: BlockRef, node: bytes = b"") -> None:
+    """Queue an object for upload by `node`, the one whose NVMe stages it (empty on a volume
+    of one node); the checksum lets the uploader refuse a rotten staged copy."""
+    batch.put(keys.upload(ref.block_id), keys.u64(ref.checksum) + node)
 
 
 class BlockMapOps:
-    """Mixed into MetaEngine; needs `kv`, `usage`, `block_size` and `garbage_grace_ns`."""
+    """Mixed into MetaEngine; needs `kv`, `usage`, `block_size`, `garbage_grace_ns` and `node`."""
 
     def block_refs(self, ino: int, indexes: Iterable[int]) -> dict[int, BlockRef]:
         indexes = list(indexes)
@@ -68,7 +69,7 @@ class BlockMapOps:
             if index in old:
                 delta -= self._retire(txn, old[index])
             txn.batch.put(keys.block(ino, index), ref.encode())
-            queue_upload(txn.batch, ref)
+            queue_upload(txn.batch, ref, self.node)
             delta += ref.length
         return delta
 
@@ -96,11 +97,18 @@ class BlockMapOps:
     # -- queues ------------------------------------------------------------
 
     def pending_uploads(self) -> dict[int, int]:
-        """The whole write-back queue (block id -> checksum); read once at mount, then kept in memory."""
-        return {keys.read_u64(key, 1): keys.read_u64(value) for key, value in self.kv.scan(keys.UPLOAD)}
+        """This node's write-back queue (block id -> checksum); read once at mount, then kept in
+        memory. Blocks other nodes staged are theirs to upload: this node does not hold them."""
+        return {keys.read_u64(key, 1): keys.read_u64(value)
+                for key, value in self.kv.scan(keys.UPLOAD) if value[8:] == self.node}
 
     def is_pending(self, block_id: int) -> bool:
-        return self.kv.get(keys.upload(block_id)) is not None
+        return self.kv.get_fresh(keys.upload(block_id)) is not None
+
+    def staged_on(self, block_id: int) -> str | None:
+        """The node whose NVMe holds `block_id` while it waits for upload; None once uploaded."""
+        value = self.kv.get_fresh(keys.upload(block_id))
+        return None if value is None else value[8:].decode() or "this node"
 
     def uploads_done(self, block_ids: list[int]) -> None:
         txn = Txn(self.kv)

@@ -35,10 +35,15 @@ IsOpen = Callable[[int], bool]
 
 
 class MetaEngine(BlockMapOps, XattrOps, PinOps):
-    """The namespace of one volume; callers pass in whether an inode is open (for orphans)."""
+    """The namespace of one volume; callers pass in whether an inode is open (for orphans).
 
-    def __init__(self, kv: KVStore, block_size: int, garbage_grace_ns: int = DEFAULT_GRACE_NS) -> None:
+    On a shared engine `node` names this node in the records it owns (staged uploads), and
+    an inode open on any node (a holder key, aifs.meta.sessions) survives its last unlink."""
+
+    def __init__(self, kv: KVStore, block_size: int, garbage_grace_ns: int = DEFAULT_GRACE_NS,
+                 node: bytes = b"") -> None:
         self.kv = kv
+        self.node = node
         self.garbage_grace_ns = garbage_grace_ns
         self.volume = self._load_or_format(block_size)
         self.block_size: int = self.volume["block_size"]
@@ -91,8 +96,9 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     # -- reads -------------------------------------------------------------
 
-    def getattr(self, ino: int) -> Inode:
-        data = self.kv.get(keys.inode(ino))
+    def getattr(self, ino: int, fresh: bool = False) -> Inode:
+        """Attributes; `fresh` asks the engine itself, past any node-local cache (an open)."""
+        data = (self.kv.get_fresh if fresh else self.kv.get)(keys.inode(ino))
         if data is None:
             raise FsError(errno.ENOENT, f"inode {ino} does not exist")
         return Inode.decode(data)
@@ -224,10 +230,14 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         node.nlink = 0 if node.is_dir else node.nlink - 1
         if node.nlink > 0:
             return
-        if is_open(ino) and not node.is_dir:
+        if not node.is_dir and (is_open(ino) or self._held(txn, ino)):
             txn.batch.put(keys.orphan(ino), b"")
             return
         self._free_inode(txn, ino, node)
+
+    def _held(self, txn: Txn, ino: int) -> bool:
+        """Whether a session of a shared volume has the inode open (on any node)."""
+        return self.kv.shared and not txn.is_empty(keys.holder_prefix(ino))
 
     def _free_inode(self, txn: Txn, ino: int, node: Inode) -> None:
         txn.forget(ino)
@@ -245,7 +255,8 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     @retried
     def reclaim(self, ino: int) -> None:
-        """Free an orphan after its last close (or at mount, after a crash)."""
+        """Free an orphan after its last close (or at mount, after a crash); one that a
+        session of a shared volume still holds open stays."""
         txn = Txn(self.kv)
         try:
             node = txn.inode(ino)
@@ -253,6 +264,8 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
             node = None
         if node is None or node.nlink > 0:
             txn.batch.delete(keys.orphan(ino))
+        elif self._held(txn, ino):
+            return
         else:
             self._free_inode(txn, ino, node)
         txn.commit()
@@ -363,12 +376,23 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         """Record an access; unlike other changes this leaves ctime alone. An access is not
         worth failing a read for: while the store cannot write, it goes unrecorded."""
         txn = Txn(self.kv)
-        txn.inode(ino).atime_ns = atime_ns
+        node = txn.inode(ino)
+        if node.frozen:
+            return
+        node.atime_ns = atime_ns
         txn.changed(ino)
         try:
             txn.commit()
         except MetaWriteFailed:
             pass
+
+    @retried
+    def set_frozen(self, inodes: list[int], frozen: bool) -> None:
+        """Freeze (or thaw) these inodes in one transaction; ctime stays, as for an access."""
+        txn = Txn(self.kv)
+        for ino in inodes:
+            txn.set_frozen(ino, frozen)
+        txn.commit()
 
     def volume_stats(self) -> tuple[int, int]:
         """(inodes, bytes held by blocks) across the volume."""

@@ -18,9 +18,16 @@ COUNTER = b"C"
 UPLOAD = b"U"
 GARBAGE = b"G"
 PIN = b"P"
+SESSION = b"S"
+HOLDER = b"H"
+LEASE = b"K"
 
 _U64 = struct.Struct(">Q")
 OWNED_TAGS = frozenset((DENTRY, INODE, BLOCK, XATTR, SYMLINK))
+
+# Every counter's name. Engines keep counters apart from plain values, each in its own native
+# form, so whatever copies a volume between engines (aifs meta dump) moves these by name.
+COUNTERS = (b"next_ino", b"next_block", b"next_session", b"usage.inodes", b"usage.bytes")
 
 
 def u64(value: int) -> bytes:
@@ -71,6 +78,9 @@ def counter(name: bytes) -> bytes:
     return COUNTER + name
 
 
+VOLUME = counter(b"volume")  # the volume record (uuid, block size, format): a plain value, not a counter
+
+
 def upload(block_id: int) -> bytes:
     return UPLOAD + u64(block_id)
 
@@ -82,6 +92,25 @@ def garbage(block_id: int) -> bytes:
 def pin(ino: int) -> bytes:
     """A pinned file: volume-wide like orphans, so all pins load with one scan at mount."""
     return PIN + u64(ino)
+
+
+def session(sid: int) -> bytes:
+    """A mount of a shared volume: who it is and its heartbeat (aifs.meta.sessions)."""
+    return SESSION + u64(sid)
+
+
+def holder(ino: int, sid: int) -> bytes:
+    """Session `sid` has `ino` open: an unlink anywhere keeps the inode until it lets go."""
+    return HOLDER + u64(ino) + u64(sid)
+
+
+def holder_prefix(ino: int) -> bytes:
+    return HOLDER + u64(ino)
+
+
+def lease(name: bytes) -> bytes:
+    """A duty that runs on one node at a time (garbage deletion), held by a live session."""
+    return LEASE + name
 
 
 def owner(key: bytes) -> int | None:

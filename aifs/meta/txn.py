@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 from aifs.meta import keys
-from aifs.meta.attrs import Inode
+from aifs.meta.attrs import FROZEN, Inode
 from aifs.errors import FsError
 from aifs.meta.kv import Batch, Conflict, KVStore
 
@@ -83,13 +83,21 @@ class Txn:
     def touch(self, ino: int, *, mtime: bool = True) -> Inode:
         """Mark an inode changed now (ctime, and mtime unless told otherwise)."""
         node = self.inode(ino)
+        self.changed(ino)
         node.ctime_ns = self.now
         if mtime:
             node.mtime_ns = self.now
-        self._dirty.add(ino)
         return node
 
     def changed(self, ino: int) -> None:
+        """Every change of an inode passes here: a frozen one refuses it (EROFS)."""
+        if self.inode(ino).frozen:
+            raise FsError(errno.EROFS, f"inode {ino} is in a frozen tree; `aifs thaw` it to change it")
+        self._dirty.add(ino)
+
+    def set_frozen(self, ino: int, frozen: bool) -> None:
+        node = self.inode(ino)
+        node.flags = node.flags | FROZEN if frozen else node.flags & ~FROZEN
         self._dirty.add(ino)
 
     def forget(self, ino: int) -> None:

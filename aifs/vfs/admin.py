@@ -21,6 +21,7 @@ from aifs.vfs.volume import Volume
 Inode = Annotated[int, Field(ge=1, lt=1 << 64)]
 TierName = Literal["ram", "nvme"]
 SYNC_WAIT_S = 1.0  # the longest one sync request waits for uploads before it reports
+FREEZE_BATCH = 256  # inodes frozen or thawed per transaction
 
 
 class Admin:
@@ -104,6 +105,34 @@ class Admin:
         files = self.files_under(inodes)
         return {"files": len(files), "unpinned": self.vol.pinner.unpin(files)}
 
+    async def freeze(self, inodes: list[Inode], frozen: bool) -> dict:
+        """Freeze (or thaw) every inode at or below these, top down: a directory is frozen
+        before its entries are listed, so nothing can be added to what was walked already."""
+        count = 0
+        for top in inodes:
+            for batch in self._tree_batches(top):
+                self.vol.meta.set_frozen(batch, frozen)
+                count += len(batch)
+                await trio.sleep(0)
+        return {"inodes": count, "frozen": frozen}
+
+    def _tree_batches(self, top: int) -> Iterator[list[int]]:
+        self.vol.meta.getattr(top)  # ENOENT for a tree that is gone
+        yield [top]
+        directories = [top]
+        while directories:
+            batch: list[int] = []
+            for ino in (child for _, child in self.vol.meta.readdir(directories.pop())):
+                if self.vol.meta.getattr(ino).is_dir:
+                    directories.append(ino)
+                batch.append(ino)
+                if len(batch) == FREEZE_BATCH:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
     def handlers(self) -> dict:
         return {"status": self.status, "sync": self.sync, "file_state": self.file_state,
-                "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident}
+                "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident,
+                "freeze": self.freeze}

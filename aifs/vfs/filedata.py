@@ -13,6 +13,7 @@ from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.tiers.checksum import chunk_span
 from aifs.tiers.manager import TierManager
+from aifs.vfs.elsewhere import StagedElsewhere
 from aifs.vfs.blockbuffer import BlockBuffer, BufferPool
 from aifs.vfs.heat import HeatMap
 from aifs.vfs.openfile import OpenFile
@@ -26,12 +27,15 @@ class FileData:
     def __init__(
         self, meta: MetaEngine, tiers: TierManager, committed: Callable[[int, list[BlockRef]], None],
         prefetch: Prefetcher | None = None, keep_in_ram: Callable[[int], bool] | None = None,
+        wait_for_owner_s: float = 0.0,
     ) -> None:
         """`committed` learns of the new blocks of a file once the metadata holds them (to
         upload them, pin them); `prefetch` fetches blocks ahead of sequential readers;
-        `keep_in_ram` names the files whose new blocks the RAM tier must hold (pinned there)."""
+        `keep_in_ram` names the files whose new blocks the RAM tier must hold (pinned there);
+        a block staged on another node of a shared volume is waited for `wait_for_owner_s`."""
         self.meta = meta
         self.tiers = tiers
+        self._elsewhere = StagedElsewhere(meta, wait_for_owner_s)
         self._committed = committed
         self._keep_in_ram = keep_in_ram or (lambda ino: False)
         self.prefetch = prefetch
@@ -40,7 +44,8 @@ class FileData:
         self.buffers = BufferPool(self.bs)
 
     async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
-        data = await self.tiers.read(ref.block_id, ref.checksum, ref.length, promote)
+        data = await self._elsewhere.read(
+            ref.block_id, lambda: self.tiers.read(ref.block_id, ref.checksum, ref.length, promote))
         return memoryview(data)[ref.offset:ref.offset + ref.length]
 
     def _spans(self, offset: int, end: int) -> list[tuple[int, int, int]]:
@@ -120,7 +125,8 @@ class FileData:
         hi = min(hi, ref.length)
         if lo >= hi:
             return b""
-        data = await self.tiers.read_range(ref.block_id, ref.length, ref.sums, ref.offset + lo, ref.offset + hi)
+        data = await self._elsewhere.read(ref.block_id, lambda: self.tiers.read_range(
+            ref.block_id, ref.length, ref.sums, ref.offset + lo, ref.offset + hi))
         if self.prefetch is not None and self.heat.blocks.value(ref.block_id) >= PROMOTE_HEAT:
             self.prefetch.fetch([ref])
         return data

@@ -40,10 +40,13 @@ class OpenFile:
 @dataclass(eq=False)
 class Handle:
     """One open() of a file. Whether it wrote decides what its close() does: only a handle that
-    wrote seals the file's buffers, so only writers ever see a seal fail (a full staging area)."""
+    wrote seals the file's buffers, so only writers ever see a seal fail (a full staging area).
+    `stale_pages`: the file changed since it was last opened on this node, so the kernel's
+    cached pages of it must go."""
 
     file: OpenFile
     wrote: bool = False
+    stale_pages: bool = False
 
 
 class OpenFiles:

@@ -108,3 +108,21 @@ def read_holder(state_dir: Path) -> Holder | None:
         return Holder.parse((state_dir / LOCK_NAME).read_text(errors="replace"))
     except OSError:
         return None
+
+
+NODE_ID_NAME = "node-id"
+
+
+def node_id(state_dir: Path) -> str:
+    """This node's name in a shared volume's records (the uploads it stages): made once per
+    state directory, so a node that restarts finds its own staged blocks again."""
+    path = state_dir / NODE_ID_NAME
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    made = os.urandom(6).hex()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(made + "\n")
+    os.replace(tmp, path)
+    return made

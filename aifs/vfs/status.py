@@ -6,10 +6,11 @@ keep anyway, and the remote tier's figures from its background refreshes.
 """
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 from aifs.errors import FsError
-from aifs.meta import MetaEngine
+from aifs.meta.sessions import list_sessions
 from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.protocol import ColdTier
 from aifs.vfs.volume import Volume
@@ -36,10 +37,16 @@ def remote_health(remote: Any) -> dict[str, Any]:
     return {"up": any(s["up"] for s in servers), "servers": servers}
 
 
-def metadata_health(meta: MetaEngine) -> dict[str, Any]:
-    """A metadata store that failed a write turns the volume read-only; its reason, if it did."""
-    failure = meta.kv.write_failure
-    return {"writable": failure is None, "write_failure": failure}
+def metadata_health(volume: Volume) -> dict[str, Any]:
+    """A metadata store that failed a write turns the volume read-only; its reason, if it did.
+    A shared engine also lists the sessions: every node that has the volume mounted."""
+    failure = volume.meta.kv.write_failure
+    health: dict[str, Any] = {"engine": volume.config.meta.engine, "writable": failure is None,
+                              "write_failure": failure}
+    if volume.cluster is not None:
+        health["session"] = volume.cluster.session.sid
+        health["sessions"] = [asdict(info) for info in list_sessions(volume.meta.kv)]
+    return health
 
 
 def durable_used(volume: Volume) -> tuple[int, str]:
@@ -98,7 +105,7 @@ def status_report(volume: Volume, started: float) -> dict[str, Any]:
     return {
         "state_dir": str(volume.state_dir),
         "mounted_s": round(mounted_s, 1),
-        "metadata": metadata_health(volume.meta),
+        "metadata": metadata_health(volume),
         "tiers": tier_reports(volume),
         "dirty_bytes": tiers.nvme.dirty_bytes(),
         "pending_blocks": len(pending),

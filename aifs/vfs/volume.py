@@ -16,11 +16,13 @@ from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
 from aifs.vfs.names import NameCache
+from aifs.vfs.namespace import Namespace
 from aifs.vfs.openfile import Handle, OpenFile, OpenFiles
 from aifs.vfs.pinning import Pinner
 from aifs.vfs.prefetch import Prefetcher
 from aifs.vfs.readahead import DEFAULT_LIMIT, Readahead
-from aifs.vfs.statedir import VolumeLock, prepare_state_dir
+from aifs.vfs.cluster import ClusterNode
+from aifs.vfs.statedir import VolumeLock, node_id, prepare_state_dir
 from aifs.vfs.writeback import GarbageCollector, Uploader
 
 log = logging.getLogger(__name__)
@@ -29,30 +31,38 @@ RELATIME_NS = 24 * 3600 * 10**9
 
 
 class Volume:
-    def __init__(self, config: Config, lock: VolumeLock | None = None, accept_missing_marker: bool = False) -> None:
+    def __init__(self, config: Config, lock: VolumeLock | None = None, accept_missing_marker: bool = False,
+                 mountpoint: str = "") -> None:
         """Open the volume under `lock` (taken here when not given). A bucket without a volume
-        marker is refused while the metadata refers to file data, unless `accept_missing_marker`."""
+        marker is refused while the metadata refers to file data, unless `accept_missing_marker`.
+        On a shared engine the mount joins the volume as a node with a session of its own."""
         self.config = config
         self.state_dir = config.volume.state_dir
         if lock is None:
             prepare_state_dir(self.state_dir)
             lock = VolumeLock.acquire(self.state_dir, "volume")
         self._lock = lock
-        self.meta = MetaEngine(open_kv(config), config.volume.block_size,
-                               int(config.writeback.garbage_grace * 10**9))
+        kv = open_kv(config)
+        node = node_id(self.state_dir) if kv.shared else ""
+        self.meta = MetaEngine(kv, config.volume.block_size, int(config.writeback.garbage_grace * 10**9),
+                               node.encode())
         self._check_block_size()
         expect_marker = self.meta.volume_stats()[1] > 0 and not accept_missing_marker  # it holds file data
         self.tiers = open_tier_manager(config, self.meta.volume,
                                        MarkerMode.EXPECT if expect_marker else MarkerMode.CLAIM)
         self.files = OpenFiles()
+        self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta,
+                                   lambda: [of.ino for of in self.files.all()]) if kv.shared else None
         self.names = NameCache()
+        self.ns = Namespace(self.meta, self.names, self.is_open)
         self.uploader = Uploader(self.meta, self.tiers, self.files, config.writeback)
         self.pinner = Pinner(self.meta, self.tiers)
         self.prefetch = Prefetcher(self.tiers, self.spawn)
         self.data = FileData(self.meta, self.tiers, self._blocks_committed, self.prefetch,
-                             lambda ino: self.pinner.pins.get(ino) == "ram")
+                             lambda ino: self.pinner.pins.get(ino) == "ram", config.meta.remote_block_wait)
         self._nursery: trio.Nursery | None = None
-        self.gc = GarbageCollector(self.meta, self.tiers, self.files)
+        self.gc = GarbageCollector(self.meta, self.tiers, self.files,
+                                   self.cluster.runs_duties if self.cluster is not None else None)
         self._sync_meta = GroupCommit(self.meta.sync)
         self.left_pending: tuple[int, int] | None = None  # (blocks, bytes) not yet durable at close
         self._recover()
@@ -86,6 +96,8 @@ class Volume:
         self._nursery = nursery
         nursery.start_soon(self.uploader.run)
         nursery.start_soon(self.gc.run)
+        if self.cluster is not None:
+            nursery.start_soon(self.cluster.run)
         self.spawn(self.pinner.restore)
         self.spawn(self.tiers.open_on_loop)
 
@@ -118,10 +130,14 @@ class Volume:
             await self.tiers.close()
         finally:
             try:
-                self.meta.close()
+                if self.cluster is not None:
+                    self.cluster.leave()
             finally:
-                self.tiers.nvme.close()
-                self._lock.close()
+                try:
+                    self.meta.close()
+                finally:
+                    self.tiers.nvme.close()
+                    self._lock.close()
         if unsealed:
             raise FsError(unsealed[0].errno, f"{len(unsealed)} open file(s) could not be sealed at unmount, "
                                              f"their unsaved writes are lost: {unsealed[0]}")
@@ -160,19 +176,25 @@ class Volume:
 
     # -- open files --------------------------------------------------------
 
-    def open(self, ino: int, for_reading: bool) -> Handle:
+    def open(self, ino: int, for_reading: bool, for_writing: bool = False) -> Handle:
         """Open a file; an open for reading records the access (relatime rules).
 
         Reads are mostly served by the kernel's page cache without a request, so
         the open is where an access can be seen at all. The path's rule sets the
         readahead cap, and a `pin` rule pins the file on its first open or create.
+        On a shared volume an open asks the engine itself (close-to-open), unless the
+        file is frozen; a frozen file cannot be opened for writing (EROFS).
         """
         node = self.meta.getattr(ino)
+        if node.frozen and for_writing:
+            raise FsError(errno.EROFS, f"inode {ino} is in a frozen tree; `aifs thaw` it to write to it")
+        if self.cluster is not None and not node.frozen:
+            node = self.meta.getattr(ino, fresh=True)
         now = time.time_ns()
         if for_reading and (node.atime_ns <= max(node.mtime_ns, node.ctime_ns)
                             or now - node.atime_ns > RELATIME_NS):
             self.meta.set_atime(ino, now)
-        of = self.files.acquire(ino, node.size)
+        of = self._acquire(ino, node)
         if for_reading:
             self.data.heat.opened(ino)
         rule = self.rule_of(ino)
@@ -182,7 +204,16 @@ class Volume:
             of.ranged = rule is None or rule.fetch == "range"
         if rule is not None and rule.pin is not None and self.pinner.pin_by_rule(ino, rule.pin):
             self.spawn(self.pinner.load, ino)
-        return Handle(of)
+        return Handle(of, stale_pages=self.cluster is not None and self.cluster.changed_since_last_open(ino, node))
+
+    def _acquire(self, ino: int, node: Inode) -> OpenFile:
+        """The open file of `ino`; its first open on a node of a shared volume holds it there,
+        so an unlink on any node keeps it until this node lets go."""
+        of = self.files.acquire(ino, node.size)
+        if of.handles == 1 and self.cluster is not None and not self.cluster.opened(ino):
+            self.files.release(of)
+            raise FsError(errno.ENOENT, f"inode {ino} was removed by another node")
+        return of
 
     def rule_of(self, ino: int) -> Rule | None:
         """The config rule for the file's path, or None without rules or a known path."""
@@ -282,7 +313,9 @@ class Volume:
             return
         if of.written and not self.files.writing:
             self.uploader.writers_closed()
-        if self.meta.getattr(of.ino).nlink == 0:
+        if self.cluster is not None:
+            self.cluster.closed(of.ino)
+        if self.meta.getattr(of.ino, fresh=self.cluster is not None).nlink == 0:
             self.meta.reclaim(of.ino)
 
     async def sync_all(self) -> None:

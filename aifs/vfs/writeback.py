@@ -11,6 +11,7 @@ once the store takes writes.
 
 import logging
 import math
+from collections.abc import Callable
 
 import trio
 
@@ -210,19 +211,22 @@ class Uploader:
 
 
 class GarbageCollector:
-    """Deletes retired blocks from every tier once their grace period is over."""
+    """Deletes retired blocks from every tier once their grace period is over. On a shared
+    volume one node at a time does it: the one `runs_duties` says holds the lease."""
 
-    def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles) -> None:
+    def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles,
+                 runs_duties: Callable[[], bool] | None = None) -> None:
         self.meta = meta
         self.tiers = tiers
         self.files = files
+        self._runs_duties = runs_duties or (lambda: True)
 
     async def run(self) -> None:
         """Every GC_PERIOD_S: orphans, then garbage. Asking whether the metadata takes writes
         is also what reopens a store that failed, once its disk has room again, even while
         nothing else writes."""
         while True:
-            if self.meta.writable():
+            if self.meta.writable() and self._runs_duties():
                 self.reclaim_orphans()
                 await self.collect()
             await trio.sleep(GC_PERIOD_S)

@@ -51,6 +51,7 @@ class S3Setup:
     s3: dict[str, Any] = field(default_factory=dict)  # extra keys of the s3 tier table
     writeback: dict[str, Any] = field(default_factory=dict)
     rules: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # the [meta] table: a shared engine's url
 
     def render(self, state_dir: Path) -> str:
         tables = [
@@ -63,6 +64,7 @@ class S3Setup:
                            "prefix": self.prefix, "access_key": ACCESS_KEY,
                            "secret_key": SECRET_KEY, **self.s3}),
             ("[writeback]", self.writeback),
+            ("[meta]", self.meta),
             *(("[[rules]]", rule) for rule in self.rules),
         ]
         return "\n".join(_table(header, keys) for header, keys in tables)

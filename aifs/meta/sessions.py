@@ -1,0 +1,202 @@
+"""Sessions of a shared volume: every mount registers itself, beats, and watches the others.
+
+A session record (`S sid`) names its node, host, pid, mount point and version, and carries
+a beat count that the mount raises every heartbeat. Liveness is judged by each watcher's
+own clock (how long a record's beat has not moved), never by comparing clocks of two
+nodes. A session whose beat stops for `session_timeout` is cleaned by whichever survivor
+notices first: its record goes, and with it its open-file holds (`H ino sid`) and the
+leases it held, so its open-unlinked files are freed and its duties taken over.
+
+A mount that finds its own record gone (it was paused past the timeout and declared dead)
+registers again under a new id and holds its open files anew.
+"""
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+import msgpack
+
+from aifs.meta import keys
+from aifs.meta.kv import Batch, KVStore
+from aifs.meta.txn import Txn, retried
+
+log = logging.getLogger(__name__)
+
+_NEXT_SESSION = keys.counter(b"next_session")
+
+
+@dataclass
+class SessionInfo:
+    """What `aifs status` shows of a mount of the volume."""
+
+    sid: int
+    node: str
+    host: str
+    pid: int
+    mountpoint: str
+    version: str
+    started_ns: int
+    beat: int = 0
+
+    def encode(self) -> bytes:
+        return msgpack.packb(asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "SessionInfo":
+        return cls(**msgpack.unpackb(data))
+
+    def describe(self) -> str:
+        return f"session {self.sid} (node {self.node} on {self.host}, pid {self.pid}, {self.mountpoint})"
+
+
+def list_sessions(kv: KVStore) -> list[SessionInfo]:
+    return [SessionInfo.decode(value) for _, value in kv.scan(keys.SESSION)]
+
+
+class Session:
+    """This mount's session: register, beat, hold open files, and clean dead peers."""
+
+    def __init__(self, kv: KVStore, node: str, mountpoint: str, version: str, timeout_s: float,
+                 holding: Callable[[], Iterable[int]]) -> None:
+        self._kv = kv
+        self._timeout_ns = int(timeout_s * 1e9)
+        self._holding = holding  # the inodes this mount has open, to hold again after re-registering
+        self.info = SessionInfo(0, node, socket.gethostname(), os.getpid(), mountpoint, version,
+                                time.time_ns())
+        self._seen: dict[int, tuple[int, int]] = {}  # sid: (beat, monotonic ns it was first seen at)
+        self._register()
+
+    @property
+    def sid(self) -> int:
+        return self.info.sid
+
+    def _register(self) -> None:
+        self.info.sid = self._kv.add(_NEXT_SESSION, 1)
+        self.info.beat = 0
+        batch = Batch()
+        batch.expect(keys.session(self.sid), None)
+        batch.put(keys.session(self.sid), self.info.encode())
+        self._kv.commit(batch)
+
+    # -- heartbeat ---------------------------------------------------------
+
+    def beat(self) -> None:
+        """Raise the beat; re-register (and hold every open file again) if the record is gone."""
+        if not self._raise_beat():
+            old = self.sid
+            self._register()
+            for ino in self._holding():
+                self.hold(ino)
+            log.error("session %d was declared dead by the other nodes (no heartbeat for too long); "
+                      "registered again as session %d", old, self.sid)
+
+    @retried
+    def _raise_beat(self) -> bool:
+        txn = Txn(self._kv)
+        if txn.get(keys.session(self.sid)) is None:
+            return False
+        self.info.beat += 1
+        txn.batch.put(keys.session(self.sid), self.info.encode())
+        txn.commit()
+        return True
+
+    def close(self) -> None:
+        """A clean unmount: the record and its holds go now, not after a timeout."""
+        self._drop(self.sid, None)
+
+    # -- open files --------------------------------------------------------
+
+    def hold(self, ino: int) -> bool:
+        """Record that this mount has `ino` open; False when the inode no longer exists."""
+        held = self._hold(ino)
+        if held is None:  # declared dead meanwhile: registering again holds every open file
+            self.beat()
+            held = self._hold(ino)
+        return bool(held)
+
+    @retried
+    def _hold(self, ino: int) -> bool | None:
+        """None when this session's record is gone: a hold under a dead id would never be released."""
+        txn = Txn(self._kv)
+        if txn.get(keys.session(self.sid)) is None:
+            return None
+        if txn.get(keys.inode(ino)) is None:
+            return False
+        txn.batch.put(keys.holder(ino, self.sid), b"")
+        txn.commit()
+        return True
+
+    def let_go(self, ino: int) -> None:
+        batch = Batch()
+        batch.delete(keys.holder(ino, self.sid))
+        self._kv.commit(batch)
+
+    # -- watching the others -----------------------------------------------
+
+    def sweep(self, now_ns: int | None = None) -> list[SessionInfo]:
+        """Clean the sessions whose beat has not moved for the timeout; returns them."""
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        dead = []
+        current = {}
+        for info in list_sessions(self._kv):
+            beat, since = self._seen.get(info.sid, (info.beat, now_ns))
+            if beat != info.beat:
+                since = now_ns
+            current[info.sid] = (info.beat, since)
+            if info.sid != self.sid and now_ns - since >= self._timeout_ns:
+                if self._drop(info.sid, info):
+                    log.warning("%s stopped heartbeating %.0f s ago; released its open files and leases",
+                                info.describe(), (now_ns - since) / 1e9)
+                    dead.append(info)
+        self._seen = current
+        return dead
+
+    @retried
+    def _drop(self, sid: int, stale: SessionInfo | None) -> bool:
+        """Remove a session and its holds; with `stale`, only if its record is still that one
+        (its beat did not move after all, and no other node cleaned it first)."""
+        txn = Txn(self._kv)
+        record = txn.get(keys.session(sid))
+        if record is None or (stale is not None and SessionInfo.decode(record).beat != stale.beat):
+            return False
+        txn.batch.delete(keys.session(sid))
+        suffix = keys.u64(sid)
+        for key, _ in self._kv.scan(keys.HOLDER):
+            if key.endswith(suffix) and len(key) == 17:
+                txn.batch.delete(key)
+        txn.commit()
+        return True
+
+
+@retried
+def take_lease(kv: KVStore, name: bytes, sid: int) -> bool:
+    """Whether session `sid` holds the lease `name` now: it already did, or the lease was free,
+    or its holder's session is gone (dead and cleaned, or unmounted)."""
+    txn = Txn(kv)
+    holder = txn.get(keys.lease(name))
+    if holder is not None:
+        if keys.read_u64(holder) == sid:
+            return True
+        if txn.get(keys.session(keys.read_u64(holder))) is not None:
+            return False
+    txn.batch.put(keys.lease(name), keys.u64(sid))
+    txn.commit()
+    return True
+
+
+def live_sessions(kv: KVStore, timeout_s: float, poll_s: float = 0.2) -> list[SessionInfo]:
+    """The sessions whose beat moves within `timeout_s`: the nodes that have the volume mounted
+    now. Waits that long only while some recorded session has not beaten yet."""
+    first = {info.sid: info.beat for info in list_sessions(kv)}
+    live: dict[int, SessionInfo] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(live) < len(first) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        for info in list_sessions(kv):
+            if first.get(info.sid, info.beat) != info.beat:
+                live[info.sid] = info
+    return list(live.values())

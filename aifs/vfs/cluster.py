@@ -1,0 +1,71 @@
+"""This mount as one node of a shared volume: its session, heartbeats, open-file holds, the
+lease that keeps volume-wide duties on one node, and close-to-open checks of files that
+other nodes may have changed."""
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+import trio
+
+from aifs import __version__
+from aifs.config.models import MetaConfig
+from aifs.meta import Inode, MetaEngine
+from aifs.meta.sessions import Session, take_lease
+from aifs.meta.writestate import MetaWriteFailed
+
+log = logging.getLogger(__name__)
+
+GC_LEASE = b"gc"
+REMEMBERED_VERSIONS = 1 << 17
+
+
+class ClusterNode:
+    def __init__(self, meta: MetaEngine, node: str, mountpoint: str, settings: MetaConfig,
+                 open_inodes: Callable[[], Iterable[int]]) -> None:
+        self._meta = meta
+        self._heartbeat_s = settings.heartbeat
+        self.session = Session(meta.kv, node, mountpoint, __version__, settings.session_timeout, open_inodes)
+        self._versions: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # ino: (size, mtime, ctime)
+        log.info("joined the volume as %s", self.session.info.describe())
+
+    async def run(self) -> None:
+        """Beat and watch the other sessions every heartbeat; an engine that is away for a
+        while is logged, and the beats resume when it is back."""
+        while True:
+            try:
+                self.session.beat()
+                self.session.sweep()
+            except (MetaWriteFailed, OSError) as e:
+                log.warning("heartbeat of %s failed: %s", self.session.info.describe(), e)
+            await trio.sleep(self._heartbeat_s)
+
+    def runs_duties(self) -> bool:
+        """Whether this node runs the volume-wide duties (garbage deletion, orphan sweeps) now;
+        not while the engine cannot be asked."""
+        try:
+            return take_lease(self._meta.kv, GC_LEASE, self.session.sid)
+        except (MetaWriteFailed, OSError) as e:
+            log.warning("cannot tell whether this node runs the volume's duties: %s", e)
+            return False
+
+    def opened(self, ino: int) -> bool:
+        """The first open of `ino` on this node; False when the file is gone."""
+        return self.session.hold(ino)
+
+    def closed(self, ino: int) -> None:
+        self.session.let_go(ino)
+
+    def changed_since_last_open(self, ino: int, node: Inode) -> bool:
+        """Whether the file changed (here or on another node) since it was last opened here:
+        the kernel's cached pages of it are then stale. A file not remembered counts as
+        changed, which costs nothing when the kernel holds no pages of it."""
+        version = (node.size, node.mtime_ns, node.ctime_ns)
+        before = self._versions.pop(ino, None)
+        self._versions[ino] = version
+        if len(self._versions) > REMEMBERED_VERSIONS:
+            self._versions.popitem(last=False)
+        return before != version
+
+    def leave(self) -> None:
+        self.session.close()

@@ -1,0 +1,100 @@
+"""Three nodes of one volume (three mounts, one redis-server, one bucket): what one node
+writes, renames, removes or changes, the others see; a tree built by all three at once ends
+exactly as expected, and fsck finds it clean."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .helpers_cluster import make_cluster, mount_all, redis_server  # noqa: F401 - fixtures
+from .helpers_mount import aifs_ok, sha256_file, sync_wait, wait_for, write_random
+
+MiB = 1 << 20
+SEEN_WITHIN_S = 10.0  # a bound for the test, far above the push delay (docs/benchmarks.md)
+
+pytestmark = pytest.mark.timeout_s(240)
+
+
+def test_a_file_closed_on_one_node_reads_back_on_the_others(make_cluster) -> None:
+    a, b, c = mount_all(make_cluster(3))
+    big = write_random(a / "big", 3 * MiB + 12345)
+    (a / "small").write_bytes(b"written on a\n")
+    for node in (b, c):
+        assert sha256_file(node / "big") == big
+        assert (node / "small").read_bytes() == b"written on a\n"
+    (a / "small").write_bytes(b"rewritten on a, longer than before\n")
+    assert (b / "small").read_bytes() == b"rewritten on a, longer than before\n", "close-to-open"
+
+
+def _seen(check) -> None:
+    wait_for(check, "the change to reach the other node", timeout=SEEN_WITHIN_S, every=0.005)
+
+
+def test_rename_unlink_and_chmod_on_one_node_are_seen_on_the_others(make_cluster) -> None:
+    a, b, c = mount_all(make_cluster(3))
+    (a / "dir").mkdir()
+    for name in ("moved", "removed", "mode"):
+        (a / "dir" / name).write_bytes(name.encode())
+    for node in (a, c):  # both other nodes have every name and attribute cached
+        assert sorted(os.listdir(node / "dir")) == ["mode", "moved", "removed"]
+        for name in ("moved", "removed", "mode"):
+            os.stat(node / "dir" / name)
+    os.rename(b / "dir" / "moved", b / "dir" / "renamed")
+    os.unlink(b / "dir" / "removed")
+    os.chmod(b / "dir" / "mode", 0o600)
+    for node in (a, c):
+        _seen(lambda: not (node / "dir" / "moved").exists() and (node / "dir" / "renamed").exists())
+        _seen(lambda: not (node / "dir" / "removed").exists())
+        _seen(lambda: stat.S_IMODE(os.stat(node / "dir" / "mode").st_mode) == 0o600)
+        assert sorted(os.listdir(node / "dir")) == ["mode", "renamed"]
+        assert (node / "dir" / "renamed").read_bytes() == b"moved"
+
+
+def _build(root: Path, node: int, files: int, errors: list[BaseException]) -> None:
+    """One node's share of the tree: files in a directory shared by all, in its own, and a
+    subdirectory per batch in the shared one."""
+    try:
+        own = root / f"own{node}"
+        own.mkdir()
+        for i in range(files):
+            (root / "shared" / f"n{node}-{i}").write_bytes(f"{node}:{i}".encode())
+            (own / f"f{i}").write_bytes(b"x" * (i % 7))
+            if i % 50 == 0:
+                (root / "shared" / f"d{node}-{i}").mkdir()
+    except BaseException as e:  # noqa: BLE001 - reported by the test
+        errors.append(e)
+
+
+def test_a_tree_built_by_three_nodes_at_once_is_exact_and_fsck_clean(make_cluster) -> None:
+    nodes = make_cluster(3)
+    roots = mount_all(nodes)
+    files = 400
+    (roots[0] / "shared").mkdir()
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=_build, args=(root, i, files, errors)) for i, root in enumerate(roots)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors, errors
+    expected = sorted([f"n{n}-{i}" for n in range(3) for i in range(files)]
+                      + [f"d{n}-{i}" for n in range(3) for i in range(0, files, 50)])
+    subdirs = 3 * len(range(0, files, 50))
+    for root in roots:
+        assert sorted(os.listdir(root / "shared")) == expected
+        assert os.stat(root / "shared").st_nlink == 2 + subdirs
+        assert os.stat(root).st_nlink == 2 + 1 + 3
+        for n in range(3):
+            assert len(os.listdir(root / f"own{n}")) == files
+        assert (root / "shared" / "n2-399").read_bytes() == b"2:399"
+    for node in nodes:
+        sync_wait(node.path)
+        node.umount()
+    report = aifs_ok("fsck", "-c", str(nodes[0].config))
+    assert "clean" in report, report
