@@ -2,7 +2,7 @@
 # Install aifs and what it needs on a Debian machine, as root.
 #   bash deploy/install.sh          the filesystem and its CLI
 #   bash deploy/install.sh --test   also the test tools (pytest, hypothesis, moto, torch) and the
-#                                   programs the tests run (git, tar, attr, fincore, setpriv)
+#                                   programs the tests run (git, tar, attr, fincore, setpriv, redis-server)
 #
 # aifs goes into its own virtual environment made with Debian's /usr/bin/python3 (which
 # refuses system-wide pip installs), /opt/aifs by default or $AIFS_PREFIX; `aifs` is linked
@@ -18,15 +18,18 @@ extras=""
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # python3-venv + python3-dev: the virtual environment and the headers pyfuse3 builds against;
-# fuse3: fusermount3 and /dev/fuse setup; libfuse3-dev + pkg-config + gcc: pyfuse3's build;
+# fuse3: fusermount3 and /dev/fuse setup; libfuse3-dev + pkg-config + gcc + patch: pyfuse3's build,
+# patched to pass file locks on to aifs (deploy/patches);
 # python3-pyverbs: RDMA verbs for the flash tier, used when a device is present (aifs.rdma.device
 # loads Debian's copy, which is built for this same /usr/bin/python3);
-# attr, git, tar, diffutils, procps, util-linux: real programs the tests run on the mount.
-packages=(python3 python3-venv python3-dev fuse3 libfuse3-dev pkg-config gcc python3-pyverbs)
-[ -n "$extras" ] && packages+=(attr git tar diffutils procps util-linux)
+# attr, git, tar, diffutils, procps, util-linux: real programs the tests run on the mount;
+# redis-server: the shared metadata engine's tests run real servers, replicas and sentinels.
+packages=(python3 python3-venv python3-dev fuse3 libfuse3-dev pkg-config gcc patch python3-pyverbs)
+[ -n "$extras" ] && packages+=(attr git tar diffutils procps util-linux redis-server)
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 
 /usr/bin/python3 -m venv "$prefix"
+bash deploy/patches/install-pyfuse3.sh "$prefix"
 "$prefix/bin/python" -m pip install -q --disable-pip-version-check ".${extras}"
 ln -sf "$prefix/bin/aifs" /usr/local/bin/aifs
 echo "aifs installed in $prefix; $(/usr/local/bin/aifs --version)"

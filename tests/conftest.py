@@ -123,12 +123,13 @@ class Volume:
 
     is_mount = True
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, meta_url: str | None = None):
         self.base = base
         self.state_dir = base / "state"
         self.config = base / "aifs.toml"
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(CONFIG_TEMPLATE.format(state_dir=self.state_dir))
+        meta = f'\n[meta]\nurl = "{meta_url}"\n' if meta_url else ""
+        self.config.write_text(CONFIG_TEMPLATE.format(state_dir=self.state_dir) + meta)
         # Outside pytest's 0700 temp tree so that other users can reach the mount.
         self.path = Path(os.path.realpath(tempfile.mkdtemp(prefix="aifs-mnt-")))
         os.chmod(self.path, 0o755)
@@ -309,21 +310,22 @@ def pytest_configure(config):
     os.umask(0o022)
 
 
-def _new_volume(base: Path):
+def _new_volume(base: Path, meta_url: str | None = None):
     if TARGET == "local":
         return LocalVolume(base)
-    v = Volume(base)
+    v = Volume(base, meta_url)
     v.mount()
     return v
 
 
 @pytest.fixture(scope="session")
 def make_volume(tmp_path_factory):
-    """Factory for extra volumes; all of them are closed at session end."""
+    """Factory for extra volumes (on a shared engine at `meta_url` if given); all of them
+    are closed at session end."""
     made = []
 
-    def make(name: str = "vol"):
-        v = _new_volume(tmp_path_factory.mktemp(name))
+    def make(name: str = "vol", meta_url: str | None = None):
+        v = _new_volume(tmp_path_factory.mktemp(name), meta_url)
         made.append(v)
         return v
 
@@ -332,9 +334,38 @@ def make_volume(tmp_path_factory):
         v.close()
 
 
+ENGINES = ("rocksdb", "redis")
+EVERY_ENGINE = ("posix", "test_differential.py")  # suites whose tests run once per metadata engine
+
+
+def pytest_generate_tests(metafunc):
+    """Tests of the suites in EVERY_ENGINE that use the volume run on each metadata engine."""
+    if "vol" in metafunc.fixturenames and any(part in EVERY_ENGINE for part in metafunc.definition.path.parts):
+        metafunc.parametrize("engine", ENGINES, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def vol(make_volume):
-    return make_volume("main")
+def engine(request):
+    """The metadata engine of `vol`: the embedded RocksDB unless a suite runs on every engine."""
+    return getattr(request, "param", "rocksdb")
+
+
+@pytest.fixture(scope="session")
+def vol(make_volume, engine, request):
+    if engine == "rocksdb" or TARGET == "local":
+        return make_volume("main")
+    return make_volume("on-redis", meta_url=request.getfixturevalue("redis_engine").url)
+
+
+@pytest.fixture(scope="session")
+def redis_engine(tmp_path_factory):
+    """A redis-server for volumes whose metadata lives in Redis."""
+    from redisserver import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis-engine"))
+    server.start()
+    yield server
+    server.kill()
 
 
 _counter = itertools.count()

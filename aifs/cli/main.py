@@ -15,6 +15,8 @@ COMMANDS = {  # name: "module:attribute"
     "config": "aifs.cli.config_cmd:config",
     "fsck": "aifs.cli.fsck_cmd:fsck",
     "gc": "aifs.cli.gc_cmd:gc",
+    "format": "aifs.cli.format_cmd:format_volume",
+    "meta": "aifs.cli.meta_cmd:meta",
     "bench": "aifs.cli.bench_cmd:bench",
     "status": "aifs.cli.admin_cmd:status",
     "sync": "aifs.cli.admin_cmd:sync",
@@ -22,6 +24,8 @@ COMMANDS = {  # name: "module:attribute"
     "pin": "aifs.cli.tier_cmd:pin",
     "unpin": "aifs.cli.tier_cmd:unpin",
     "warmup": "aifs.cli.tier_cmd:warmup",
+    "freeze": "aifs.cli.freeze_cmd:freeze",
+    "thaw": "aifs.cli.freeze_cmd:thaw",
 }
 
 

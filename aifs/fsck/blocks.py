@@ -40,6 +40,13 @@ def queued_ids(kv: KVStore, tag: bytes) -> set[int]:
     return {keys.read_u64(key, 1) for key, _ in kv.scan(tag)}
 
 
+def staged_elsewhere(kv: KVStore, node: bytes) -> dict[int, str]:
+    """Blocks queued for upload by other nodes of a shared volume (block id -> node): their
+    only copy is on that node's NVMe, which this node cannot see."""
+    return {keys.read_u64(key, 1): value[8:].decode() for key, value in kv.scan(keys.UPLOAD)
+            if value[8:] not in (b"", node)}
+
+
 def _intact(tier: HeldBlocks, ref: BlockRef) -> bool:
     """The check the read path makes: the whole object against the ref's checksum."""
     data = tier.get(ref.block_id)
@@ -54,6 +61,7 @@ class _BlockSweep:
         self.held = {tier.name: set(tier.block_ids()) for tier in ctx.tiers}
         self.stored = set().union(*self.held.values())
         self.queued = queued_ids(self.meta.kv, keys.UPLOAD)
+        self.elsewhere = staged_elsewhere(self.meta.kv, self.meta.node)
         self.retired = queued_ids(self.meta.kv, keys.GARBAGE)
         self.referenced: set[int] = set()
         self.lost: set[int] = set()
@@ -99,6 +107,12 @@ class _BlockSweep:
         self.refs += 1
         self.referenced.add(ref.block_id)
         good, bad = self._copies(ref)
+        if not good and ref.block_id in self.elsewhere:
+            yield Finding("staged-elsewhere", f"object {ref.block_id:016x} (inode {ino})",
+                          f"not uploaded yet: only node {self.elsewhere[ref.block_id]} holds it, on its NVMe; "
+                          "mount that node's state directory again so that it uploads it",
+                          ino=ino, block=ref.block_id)
+            return
         if not good:
             self.lost.add(ino)
             return

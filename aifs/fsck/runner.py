@@ -29,7 +29,6 @@ from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock, node_id
 
 CHECKS = (check_marker, check_keys, check_orphans, check_links, check_blocks)
-_VOLUME_KEY = keys.counter(b"volume")
 
 Emit = Callable[[Finding], None]
 
@@ -113,7 +112,7 @@ def _shared_metadata(config: Config, writable: bool) -> Iterator[MetaEngine]:
     session timeout); this node's state directory is locked as for a single-node volume."""
     kv = open_kv(config, read_only=not writable)
     try:
-        if kv.get_fresh(_VOLUME_KEY) is None:
+        if kv.get_fresh(keys.VOLUME) is None:
             raise FsckError(f"the metadata engine at {redact(config.meta.url)} holds no aifs volume")
         live = live_sessions(kv, config.meta.session_timeout)
         if live:
@@ -134,7 +133,7 @@ def _metadata(config: Config, meta_dir: Path, writable: bool) -> Iterator[MetaEn
         kv = ShardedRocksKV(meta_dir, config.meta.shards, read_only=not writable)
     except ValueError as e:
         raise FsckError(str(e)) from None
-    if kv.get(_VOLUME_KEY) is None:
+    if kv.get(keys.VOLUME) is None:
         kv.close()
         raise FsckError(f"{meta_dir} holds no volume record; it is not an aifs volume")
     meta = MetaEngine(kv, config.volume.block_size)

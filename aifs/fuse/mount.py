@@ -77,7 +77,7 @@ def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsSer
     operations = AifsOperations(volume, timeouts)
     pyfuse3.init(operations, str(mountpoint), mount_options(config))
     if volume.meta.kv.shared:
-        volume.meta.kv.subscribe(invalidate_kernel)
+        volume.meta.kv.subscribe(invalidate_kernel, from_others=True)  # the kernel saw this node's own
     log.info("mounted %s at %s", config.volume.state_dir, mountpoint)
     try:
         trio.run(_run, volume, config, mountpoint)
@@ -90,7 +90,7 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
     try:
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
-            nursery.start_soon(_stop_on_signal, mountpoint)
+            nursery.start_soon(_stop_on_signal, mountpoint, volume)
             control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
             await nursery.start(control.serve)
             threading.Thread(target=_set_read_ahead, args=(mountpoint, config.fuse.read_ahead_kb),
@@ -106,14 +106,16 @@ async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
             await volume.close()
 
 
-async def _stop_on_signal(mountpoint: Path) -> None:
-    """Pull the kernel's dirty pages in first (syncfs while still serving), then stop."""
+async def _stop_on_signal(mountpoint: Path, volume: Volume) -> None:
+    """Pull the kernel's dirty pages in first (syncfs while still serving), then stop; requests
+    waiting for a lock end, or the loop would wait for them."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("received %s, flushing and unmounting", signal.Signals(signum).name)
             # ctypes lets go of the GIL during syncfs (pyfuse3.syncfs does not), so this
             # loop can serve the writes the kernel sends while it flushes.
             await trio.to_thread.run_sync(sync_filesystem, mountpoint)
+            volume.locks.stop()
             pyfuse3.terminate()
             return
 

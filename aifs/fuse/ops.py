@@ -1,6 +1,8 @@
 """pyfuse3 request handlers: each translates one FUSE request into volume and metadata calls."""
 
+import fcntl
 import json
+import logging
 import os
 import stat
 
@@ -14,6 +16,9 @@ from aifs.metrics import instrument_operations
 from aifs.vfs.openfile import Handle
 from aifs.vfs.volume import Volume
 
+log = logging.getLogger(__name__)
+
+CLUSTER_LOCKS = hasattr(pyfuse3.Operations, "setlk")  # pyfuse3 passes lock requests on (deploy/patches)
 STATE_XATTR = b"user.aifs.state"  # read-only view of whether a file is in the durable tier
 CAPABILITY_XATTR = b"security.capability"
 _TIME_FIELDS = (
@@ -41,6 +46,10 @@ class AifsOperations(pyfuse3.Operations):
         self._modes = CacheModes()
         self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
+        if volume.cluster is not None and not CLUSTER_LOCKS:
+            log.warning("the installed pyfuse3 does not pass file locks to aifs: flock and fcntl locks "
+                        "hold on this node only, not on the volume's other nodes (deploy/install.sh "
+                        "installs a pyfuse3 that does)")
 
     def _entry(self, ino: int) -> pyfuse3.EntryAttributes:
         return entry_attributes(ino, self.vol.getattr(ino), self.timeouts)
@@ -187,7 +196,23 @@ class AifsOperations(pyfuse3.Operations):
 
     async def release(self, fh):
         self._modes.release(fh)
-        await self.vol.release(self._files.pop(fh))
+        handle = self._files.pop(fh)
+        try:
+            await self.vol.release(handle)
+        finally:
+            self.vol.locks.closed(handle.file.ino, fh)
+
+    # -- locks (on every node of a shared volume: aifs.vfs.locks) ------------
+
+    async def getlk(self, inode, fh, owner, lock):
+        found = self.vol.locks.conflicting(inode, owner, lock)
+        return lock._replace(type=fcntl.F_UNLCK) if found is None else pyfuse3.FileLock(*found)
+
+    async def setlk(self, inode, fh, owner, lock, sleep, interrupted):
+        await self.vol.locks.posix(inode, fh, owner, lock, interrupted if sleep else None)
+
+    async def flock(self, inode, fh, owner, op, interrupted):
+        await self.vol.locks.flock(inode, fh, owner, op, interrupted)
 
     # -- directories -------------------------------------------------------
 

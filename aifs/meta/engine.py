@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgpack
 
-from aifs.meta import keys
+from aifs.meta import contents, keys
 from aifs.meta.attrs import Inode
 from aifs.meta.blockmap import DEFAULT_GRACE_NS, BlockMapOps
 from aifs.errors import FsError
@@ -29,7 +29,6 @@ from aifs.meta.xattrs import XattrOps
 ROOT_INO = 1
 FORMAT_VERSION = 1
 DIR_SIZE = 4096
-_VOLUME_KEY = keys.counter(b"volume")
 
 IsOpen = Callable[[int], bool]
 
@@ -72,9 +71,12 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         return self.kv.writable()
 
     def _load_or_format(self, block_size: int) -> dict:
-        stored = self.kv.get_fresh(_VOLUME_KEY)
+        stored = self.kv.get_fresh(keys.VOLUME)
         if stored is not None:
             return msgpack.unpackb(stored)
+        if not contents.is_empty(self.kv):
+            raise MetaWriteFailed(errno.EIO, "the metadata engine holds keys but no volume record (a load "
+                                             "that never finished?); empty it, or load the dump again")
         return self._format(block_size)
 
     @retried
@@ -82,13 +84,13 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         """Create the volume; when another node formats it first, join theirs."""
         volume = {"uuid": str(uuid.uuid4()), "block_size": block_size, "format": FORMAT_VERSION}
         txn = Txn(self.kv)
-        stored = txn.get(_VOLUME_KEY)
+        stored = txn.get(keys.VOLUME)
         if stored is not None:
             return msgpack.unpackb(stored)
         root = Inode(stat.S_IFDIR | 0o755, 0, 0, size=DIR_SIZE, nlink=2, parent=ROOT_INO)
         root.atime_ns = root.mtime_ns = root.ctime_ns = txn.now
         txn.add(ROOT_INO, root)
-        txn.batch.put(_VOLUME_KEY, msgpack.packb(volume))
+        txn.batch.put(keys.VOLUME, msgpack.packb(volume))
         Usage.add(txn.batch, inodes=1)
         txn.commit()
         self.kv.sync()
@@ -245,6 +247,7 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
         txn.batch.delete(keys.symlink(ino))
         txn.batch.delete(keys.orphan(ino))
         txn.batch.delete(keys.pin(ino))
+        txn.batch.delete(keys.locks(ino))
         for key, _ in txn.scan(keys.xattr_prefix(ino)):
             txn.batch.delete(key)
         self.retire_blocks(txn, ino, 0)

@@ -21,6 +21,7 @@ PIN = b"P"
 SESSION = b"S"
 HOLDER = b"H"
 LEASE = b"K"
+LOCKS = b"F"
 
 _U64 = struct.Struct(">Q")
 OWNED_TAGS = frozenset((DENTRY, INODE, BLOCK, XATTR, SYMLINK))
@@ -106,6 +107,11 @@ def holder(ino: int, sid: int) -> bytes:
 
 def holder_prefix(ino: int) -> bytes:
     return HOLDER + u64(ino)
+
+
+def locks(ino: int) -> bytes:
+    """The file locks held on `ino`, by every node (aifs.meta.locks)."""
+    return LOCKS + u64(ino)
 
 
 def lease(name: bytes) -> bytes:

@@ -14,6 +14,8 @@ its own native form and changes them with atomic increments, never by rewriting 
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+from aifs.meta.writestate import MetaWriteFailed
+
 
 class Conflict(Exception):
     """A batch's read set changed before it could commit; rerun the operation."""
@@ -71,6 +73,20 @@ class Batch:
         return None
 
 
+class WritableByCheck:
+    """`writable()` for an engine whose `check_writable()` raises MetaWriteFailed."""
+
+    def check_writable(self) -> None:
+        raise NotImplementedError
+
+    def writable(self) -> bool:
+        try:
+            self.check_writable()
+        except MetaWriteFailed:
+            return False
+        return True
+
+
 class KVStore(Protocol):
     """What MetaEngine needs from a metadata engine; each driver is one module.
 
@@ -88,7 +104,9 @@ class KVStore(Protocol):
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]: ...
 
     def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Keys starting with `prefix` in byte order, from `start` (inclusive) when given."""
+        """Keys starting with `prefix` (at least a tag byte) in byte order, from `start`
+        (inclusive) when given. Keys present for the whole scan come exactly once; keys added
+        or removed while it runs come at most once (an engine may scan a snapshot)."""
 
     def commit(self, batch: Batch) -> None: ...
 
@@ -109,3 +127,16 @@ class KVStore(Protocol):
         """Make every committed batch durable by the engine's rules."""
 
     def close(self) -> None: ...
+
+
+Listener = Callable[[list[bytes] | None], None]
+
+
+class SharedKV(KVStore, Protocol):
+    """A store other nodes change too (`shared`), which tells its listeners the keys each
+    commit changed (None: anything may have changed, the notices were lost for a while).
+    Keys start with a tag byte; a shared engine may keep keys of its own outside the tags."""
+
+    def subscribe(self, listener: Listener, from_others: bool = False) -> None:
+        """`listener` hears every commit's changed keys, or with `from_others` only those of
+        other nodes, on a thread of the engine's."""

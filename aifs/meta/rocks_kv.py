@@ -9,9 +9,11 @@ reopens itself once writes can succeed again (aifs.meta.writestate).
 """
 
 import errno
+import heapq
 import struct
 import threading
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
 
 from rocksdict import (
@@ -25,7 +27,7 @@ from rocksdict import (
 )
 
 from aifs.meta.keys import is_owned_tag, owner
-from aifs.meta.kv import Batch, Conflict
+from aifs.meta.kv import Batch, Conflict, WritableByCheck
 from aifs.meta.snapshot_view import ReadOnlyView
 from aifs.meta.writestate import MetaWriteFailed, WriteState, classify, sync_wal_files
 
@@ -47,7 +49,7 @@ def _options(cache: Cache) -> Options:
     return opts
 
 
-class ShardedRocksKV:
+class ShardedRocksKV(WritableByCheck):
     """KVStore over RocksDB column families `s0..sN-1`; `meta` holds volume-wide keys.
 
     One process owns the store, so a batch checked against the current state cannot be
@@ -167,11 +169,12 @@ class ShardedRocksKV:
     def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Keys starting with `prefix` in order, from `start` (inclusive) when given.
 
-        A bare tag of per-inode keys (fsck's full sweeps) visits shard after shard.
+        A bare tag of per-inode keys (fsck's full sweeps, a dump) merges the shards' scans,
+        so its order is the same as on an engine without shards.
         """
         if is_owned_tag(prefix):
-            for family in self._families:
-                yield from self._scan_family(family, prefix, start)
+            yield from heapq.merge(*(self._scan_family(family, prefix, start) for family in self._families),
+                                   key=itemgetter(0))
         else:
             yield from self._scan_family(self._family(prefix), prefix, start)
 
@@ -205,12 +208,6 @@ class ShardedRocksKV:
         if self._state.failure is not None and not (self._state.may_retry() and self._reopen()):
             raise self._state.failure
 
-    def writable(self) -> bool:
-        try:
-            self.check_writable()
-        except MetaWriteFailed:
-            return False
-        return True
 
     def _reopen(self) -> bool:
         """Close the failed database and open it again; when that fails too, reads go on

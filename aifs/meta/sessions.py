@@ -5,10 +5,12 @@ a beat count that the mount raises every heartbeat. Liveness is judged by each w
 own clock (how long a record's beat has not moved), never by comparing clocks of two
 nodes. A session whose beat stops for `session_timeout` is cleaned by whichever survivor
 notices first: its record goes, and with it its open-file holds (`H ino sid`) and the
-leases it held, so its open-unlinked files are freed and its duties taken over.
+leases and file locks it held, so its open-unlinked files are freed, its duties taken over
+and its locks granted to the waiting nodes.
 
 A mount that finds its own record gone (it was paused past the timeout and declared dead)
-registers again under a new id and holds its open files anew.
+registers again under a new id and holds its open files anew; its file locks are not taken
+again, since other nodes may hold them by now.
 """
 
 import logging
@@ -21,7 +23,8 @@ from dataclasses import asdict, dataclass
 import msgpack
 
 from aifs.meta import keys
-from aifs.meta.kv import Batch, KVStore
+from aifs.meta.kv import Batch, Conflict, KVStore
+from aifs.meta.locks import drop_session_locks
 from aifs.meta.txn import Txn, retried
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,8 @@ class Session:
         self.info.beat = 0
         batch = Batch()
         batch.expect(keys.session(self.sid), None)
-        batch.put(keys.session(self.sid), self.info.encode())
+        self._record = self.info.encode()
+        batch.put(keys.session(self.sid), self._record)
         self._kv.commit(batch)
 
     # -- heartbeat ---------------------------------------------------------
@@ -100,7 +104,9 @@ class Session:
         if txn.get(keys.session(self.sid)) is None:
             return False
         self.info.beat += 1
-        txn.batch.put(keys.session(self.sid), self.info.encode())
+        record = self.info.encode()
+        txn.batch.put(keys.session(self.sid), record)
+        txn.batch.on_commit(lambda: setattr(self, "_record", record))
         txn.commit()
         return True
 
@@ -120,14 +126,20 @@ class Session:
 
     @retried
     def _hold(self, ino: int) -> bool | None:
-        """None when this session's record is gone: a hold under a dead id would never be released."""
+        """None when this session's record is gone: a hold under a dead id would never be
+        released. The record is expected as this session last wrote it, without reading it;
+        when that fails, it is read to tell a dead session from a stale expectation."""
         txn = Txn(self._kv)
-        if txn.get(keys.session(self.sid)) is None:
-            return None
+        txn.batch.expect(keys.session(self.sid), self._record)
         if txn.get(keys.inode(ino)) is None:
             return False
         txn.batch.put(keys.holder(ino, self.sid), b"")
-        txn.commit()
+        try:
+            txn.commit()
+        except Conflict:
+            if self._kv.get(keys.session(self.sid)) is None:
+                return None
+            raise
         return True
 
     def let_go(self, ino: int) -> None:
@@ -157,8 +169,8 @@ class Session:
 
     @retried
     def _drop(self, sid: int, stale: SessionInfo | None) -> bool:
-        """Remove a session and its holds; with `stale`, only if its record is still that one
-        (its beat did not move after all, and no other node cleaned it first)."""
+        """Remove a session, its holds and its file locks; with `stale`, only if its record is
+        still that one (its beat did not move after all, and no other node cleaned it first)."""
         txn = Txn(self._kv)
         record = txn.get(keys.session(sid))
         if record is None or (stale is not None and SessionInfo.decode(record).beat != stale.beat):
@@ -168,6 +180,7 @@ class Session:
         for key, _ in self._kv.scan(keys.HOLDER):
             if key.endswith(suffix) and len(key) == 17:
                 txn.batch.delete(key)
+        drop_session_locks(txn, sid)
         txn.commit()
         return True
 

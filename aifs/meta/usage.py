@@ -8,6 +8,7 @@ import msgpack
 
 from aifs.meta import keys
 from aifs.meta.kv import Batch, KVStore
+from aifs.meta.txn import Txn, retried
 
 INODES = keys.counter(b"usage.inodes")
 BYTES = keys.counter(b"usage.bytes")
@@ -19,18 +20,21 @@ class Usage:
         self._kv = kv
         self._adopt_old_totals()
 
+    @retried
     def _adopt_old_totals(self) -> None:
-        """A volume that kept both totals in one value moves them into the two counters."""
-        stored = self._kv.get(_OLD_TOTALS)
-        if stored is None or not self._kv.writable():
+        """A volume that kept both totals in one value moves them into the two counters, once
+        (two nodes opening it at once: the second finds them moved)."""
+        if self._kv.get(_OLD_TOTALS) is None or not self._kv.writable():
+            return
+        txn = Txn(self._kv)
+        stored = txn.get(_OLD_TOTALS)
+        if stored is None:
             return
         inodes, nbytes = msgpack.unpackb(stored)
-        batch = Batch()
-        batch.expect(_OLD_TOTALS, stored)
-        batch.delete(_OLD_TOTALS)
-        batch.add(INODES, inodes)
-        batch.add(BYTES, nbytes)
-        self._kv.commit(batch)
+        txn.batch.delete(_OLD_TOTALS)
+        txn.batch.add(INODES, inodes)
+        txn.batch.add(BYTES, nbytes)
+        txn.commit()
 
     @staticmethod
     def add(batch: Batch, inodes: int = 0, nbytes: int = 0) -> None:

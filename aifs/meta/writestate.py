@@ -33,6 +33,11 @@ class MetaWriteFailed(FsError):
         return self.args[1]
 
 
+class MetaUnavailable(MetaWriteFailed):
+    """A shared engine that cannot be reached (EIO) for reads and writes alike, for now: work
+    that waits on it (uploads, sweeps, heartbeats) is kept and retried, never given up."""
+
+
 def classify(error: Exception, meta_dir: Path) -> MetaWriteFailed:
     """RocksDB's error (rocksdict raises it as a plain Exception) as an errno and a one-line
     reason that names the metadata directory."""

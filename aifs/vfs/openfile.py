@@ -16,7 +16,8 @@ class OpenFile:
     pass reading one block in pieces counts as one use. `lock` orders writes,
     seals and truncates. `readahead` follows the access pattern (None: no readahead);
     `ranged` is the path's rule on small random reads (fetch chunks, or whole blocks).
-    `written` says a handle wrote to it since it was opened.
+    `written` says a handle wrote to it since it was opened; `held`, that this node holds it
+    open in a shared volume's engine (aifs.meta.sessions).
     """
 
     def __init__(self, ino: int, size: int) -> None:
@@ -30,6 +31,7 @@ class OpenFile:
         self.readahead: Readahead | None = None
         self.ranged = True  # small random reads may fetch chunks instead of whole blocks
         self.written = False
+        self.held = False
         self.lock = trio.Lock()
 
     @property

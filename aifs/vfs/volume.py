@@ -15,6 +15,7 @@ from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
+from aifs.vfs.locks import FileLocks
 from aifs.vfs.names import NameCache
 from aifs.vfs.namespace import Namespace
 from aifs.vfs.openfile import Handle, OpenFile, OpenFiles
@@ -53,6 +54,8 @@ class Volume:
         self.files = OpenFiles()
         self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta,
                                    lambda: [of.ino for of in self.files.all()]) if kv.shared else None
+        self.locks = FileLocks(kv, self.cluster.session if self.cluster is not None else None,
+                               self._store_writes, config.fuse.max_tasks // 2)
         self.names = NameCache()
         self.ns = Namespace(self.meta, self.names, self.is_open)
         self.uploader = Uploader(self.meta, self.tiers, self.files, config.writeback)
@@ -208,11 +211,14 @@ class Volume:
 
     def _acquire(self, ino: int, node: Inode) -> OpenFile:
         """The open file of `ino`; its first open on a node of a shared volume holds it there,
-        so an unlink on any node keeps it until this node lets go."""
+        so an unlink on any node keeps it until this node lets go. A frozen file cannot be
+        unlinked, so its opens cost the engine nothing."""
         of = self.files.acquire(ino, node.size)
-        if of.handles == 1 and self.cluster is not None and not self.cluster.opened(ino):
-            self.files.release(of)
-            raise FsError(errno.ENOENT, f"inode {ino} was removed by another node")
+        if of.handles == 1 and self.cluster is not None and not node.frozen:
+            if not self.cluster.opened(ino):
+                self.files.release(of)
+                raise FsError(errno.ENOENT, f"inode {ino} was removed by another node")
+            of.held = True
         return of
 
     def rule_of(self, ino: int) -> Rule | None:
@@ -265,6 +271,12 @@ class Volume:
         if self._wants_remote(of.ino):
             await self.upload_now([of.ino])
 
+    async def _store_writes(self, ino: int) -> None:
+        """What this node wrote to `ino` is stored as at close(), before a lock on it changes."""
+        of = self.files.get(ino)
+        if of is not None:
+            await self.flush(of)
+
     async def fsync(self, handle: Handle) -> None:
         of = handle.file
         async with of.lock:
@@ -313,9 +325,9 @@ class Volume:
             return
         if of.written and not self.files.writing:
             self.uploader.writers_closed()
-        if self.cluster is not None:
+        if of.held:
             self.cluster.closed(of.ino)
-        if self.meta.getattr(of.ino, fresh=self.cluster is not None).nlink == 0:
+        if self.meta.getattr(of.ino).nlink == 0:  # on a shared volume, a removal elsewhere is pushed here
             self.meta.reclaim(of.ino)
 
     async def sync_all(self) -> None:

@@ -161,6 +161,10 @@ class Uploader:
                 self.uploaded_bytes += nbytes
                 await self._pace.take(nbytes)
             self._uploaded.append(block_id)
+        except MetaWriteFailed as e:  # the metadata engine is away: the block stays queued
+            log.warning("upload of block %016x waits for the metadata: %s; retrying in %.0f s",
+                        block_id, e, RETRY_S)
+            self._paused_until = trio.current_time() + RETRY_S
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)
             self._uploaded.append(block_id)
@@ -226,9 +230,12 @@ class GarbageCollector:
         is also what reopens a store that failed, once its disk has room again, even while
         nothing else writes."""
         while True:
-            if self.meta.writable() and self._runs_duties():
-                self.reclaim_orphans()
-                await self.collect()
+            try:
+                if self.meta.writable() and self._runs_duties():
+                    self.reclaim_orphans()
+                    await self.collect()
+            except MetaWriteFailed:
+                pass  # the store logs why; the next round tries again
             await trio.sleep(GC_PERIOD_S)
 
     def reclaim_orphans(self) -> int:

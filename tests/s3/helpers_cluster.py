@@ -12,7 +12,7 @@ import pytest
 from redisserver import RedisServer
 
 from .conftest import MotoServer
-from .helpers_mount import S3Volume, make_s3_volume  # noqa: F401 - the fixture the cluster builds on
+from .helpers_mount import S3Volume
 
 HEARTBEAT_S = 0.3
 SESSION_TIMEOUT_S = 2.0

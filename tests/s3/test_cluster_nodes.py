@@ -4,16 +4,18 @@ exactly as expected, and fsck finds it clean."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from conftest import aifs_cli
 
+from .faultproxy import FaultProxy, Faults
 from .helpers_cluster import make_cluster, mount_all, redis_server  # noqa: F401 - fixtures
-from .helpers_mount import aifs_ok, sha256_file, sync_wait, wait_for, write_random
+from .helpers_mount import aifs_ok, make_s3_volume, sha256_file, sync_wait, wait_for, write_random  # noqa: F401
 
 MiB = 1 << 20
 SEEN_WITHIN_S = 10.0  # a bound for the test, far above the push delay (docs/benchmarks.md)
@@ -98,3 +100,32 @@ def test_a_tree_built_by_three_nodes_at_once_is_exact_and_fsck_clean(make_cluste
         node.umount()
     report = aifs_ok("fsck", "-c", str(nodes[0].config))
     assert "clean" in report, report
+
+
+def test_a_block_still_staged_on_its_writer_is_waited_for_then_refused_naming_the_node(
+        make_cluster, moto_server) -> None:
+    """Node A cannot reach the bucket: its closed file's blocks stay in its NVMe. B's read waits
+    the bounded time, then fails with EIO and a log line naming A; once A uploads, B reads."""
+    nodes = make_cluster(2, meta={"remote_block_wait": 1.0})
+    writer, reader = nodes
+    proxy = FaultProxy(moto_server.port, Faults()).start()
+    writer.setup.endpoint = proxy.endpoint
+    writer.write_config()
+    a, b = mount_all(nodes)
+    proxy.stop()  # A's uploads now fail; the file is still acknowledged by its close
+    digest = write_random(a / "staged", 2 * MiB)
+    with pytest.raises(OSError) as refused:
+        (b / "staged").read_bytes()
+    assert refused.value.errno == errno.EIO
+    node = (writer.state_dir / "node-id").read_text().strip()
+    assert f"staged on node {node}" in reader.log_text()
+    writer.kill9()
+    reader.umount()
+    check = aifs_cli("fsck", "-c", str(reader.config))
+    assert check.returncode == 1 and "staged-elsewhere" in check.stdout and node in check.stdout, check
+    writer.setup.endpoint = moto_server.endpoint
+    writer.write_config()
+    writer.mount()  # the same node again: its staged blocks are still its to upload
+    sync_wait(writer.path)
+    reader.mount()
+    assert sha256_file(reader.path / "staged") == digest

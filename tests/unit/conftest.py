@@ -104,11 +104,6 @@ def engines(tmp_path):
     box.close()
 
 
-@pytest.fixture
-def meta(engines) -> MetaEngine:
-    return engines.open()
-
-
 def mkfile(meta: MetaEngine, name: bytes, parent: int = ROOT, mode: int = 0o644, **kw) -> int:
     return meta.create(parent, name, stat.S_IFREG | mode, kw.pop("uid", 0), kw.pop("gid", 0), **kw)[0]
 

@@ -57,57 +57,6 @@ def sample(inos) -> dict[bytes, bytes]:
     return items
 
 
-def test_get_and_multi_get(kv):
-    items = sample(owners_in_distinct_shards(kv, 3))
-    put_all(kv, items)
-    for key, value in items.items():
-        assert kv.get(key) == value
-    wanted = [*items, keys.inode(123456), keys.counter(b"nothing")]
-    assert kv.multi_get(wanted) == [*items.values(), None, None]
-
-
-def test_delete_in_batch(kv):
-    put_all(kv, {keys.inode(5): b"x", keys.counter(b"c"): b"y"})
-    batch = Batch()
-    batch.delete(keys.inode(5))
-    batch.delete(keys.counter(b"c"))
-    kv.commit(batch)
-    assert kv.multi_get([keys.inode(5), keys.counter(b"c")]) == [None, None]
-
-
-def test_last_op_on_a_key_in_a_batch_wins(kv):
-    batch = Batch()
-    batch.put(keys.inode(5), b"first")
-    batch.delete(keys.inode(5))
-    batch.put(keys.inode(6), b"gone")
-    batch.delete(keys.inode(6))
-    batch.put(keys.inode(6), b"second")
-    kv.commit(batch)
-    assert kv.multi_get([keys.inode(5), keys.inode(6)]) == [None, b"second"]
-
-
-def test_scan_prefix_is_ordered_and_bounded(kv):
-    put_all(kv, sample([4, 5, 6]))
-    put_all(kv, {keys.dentry(5, n): n for n in [b"zz", b"m", b"a0", b"\xff"]})
-    got = [k[9:] for k, _ in kv.scan(keys.dentry_prefix(5))]
-    assert got == [b"a", b"a0", b"b", b"m", b"zz", b"\xff"]
-
-
-def test_scan_start_is_inclusive(kv):
-    put_all(kv, {keys.dentry(5, n): n for n in [b"a", b"b", b"c", b"d"]})
-    prefix = keys.dentry_prefix(5)
-    assert [v for _, v in kv.scan(prefix, prefix + b"b")] == [b"b", b"c", b"d"]
-    assert [v for _, v in kv.scan(prefix, prefix + b"bb")] == [b"c", b"d"]
-    assert list(kv.scan(prefix, prefix + b"e")) == []
-
-
-def test_scan_of_block_map_from_index(kv):
-    put_all(kv, {keys.block(9, i): keys.u64(i) for i in (0, 1, 2, 300, 70000)})
-    put_all(kv, {keys.block(10, 0): b"other file"})
-    got = [keys.read_u64(k, 9) for k, _ in kv.scan(keys.block_prefix(9), keys.block(9, 2))]
-    assert got == [2, 300, 70000]
-
-
 @pytest.mark.parametrize("tag", [keys.DENTRY, keys.INODE, keys.BLOCK, keys.XATTR, keys.SYMLINK])
 def test_bare_tag_scan_visits_every_shard(kv, tag):
     inos = owners_in_distinct_shards(kv, SHARDS)
@@ -117,15 +66,6 @@ def test_bare_tag_scan_visits_every_shard(kv, tag):
     got = list(kv.scan(tag))
     assert len(got) == len(expected), "a key was visited twice or missed"
     assert dict(got) == expected
-
-
-def test_volume_wide_tags_scan(kv):
-    items = sample(owners_in_distinct_shards(kv, SHARDS))
-    put_all(kv, items)
-    assert dict(kv.scan(keys.UPLOAD)) == {k: v for k, v in items.items() if k[:1] == keys.UPLOAD}
-    assert [keys.read_u64(k, 1) for k, _ in kv.scan(keys.ORPHAN)] == sorted(
-        keys.read_u64(k, 1) for k in items if k[:1] == keys.ORPHAN
-    )
 
 
 def test_directory_and_inode_keys_share_a_shard(kv):

@@ -1,4 +1,5 @@
-"""MetaEngine driven directly, without FUSE: namespace rules, block map, queues, reopen."""
+"""MetaEngine on every metadata engine, driven directly without FUSE: namespace rules,
+block map, queues, pins, usage totals, ids, and what a reopened store still holds."""
 
 import errno
 import os
@@ -6,9 +7,9 @@ import stat
 
 import pytest
 
+from aifs.meta import MetaEngine
 from aifs.meta.engine import DIR_SIZE
-
-from .conftest import (
+from tests.unit.conftest import (
     BS, FAR_FUTURE, FILE, ROOT, always_open, entry, fs_error, mkdir, mkfile, names, never_open, nlink, ref,
 )
 
@@ -638,11 +639,62 @@ def test_volume_stats_after_a_sequence(meta):
     assert meta.volume_stats() == (1, 0)
 
 
+# -- pins ------------------------------------------------------------------------
+
+
+def test_pins_are_kept_changed_and_cleared(meta):
+    f, g = mkfile(meta, b"f"), mkfile(meta, b"g")
+    assert meta.pins() == {}
+    meta.set_pin(f, "nvme")
+    meta.set_pin(g, "ram")
+    meta.set_pin(f, "ram")
+    assert meta.pins() == {f: "ram", g: "ram"}
+    meta.clear_pin(g)
+    meta.clear_pin(g)  # clearing what is not pinned is no error
+    assert meta.pins() == {f: "ram"}
+
+
+def test_freeing_a_file_drops_its_pin(meta):
+    f = mkfile(meta, b"f")
+    o = mkfile(meta, b"o")
+    meta.set_pin(f, "nvme")
+    meta.set_pin(o, "nvme")
+    meta.unlink(ROOT, b"f", never_open)
+    meta.unlink(ROOT, b"o", always_open)
+    assert meta.pins() == {o: "nvme"}, "an orphan keeps its pin until it is reclaimed"
+    meta.reclaim(o)
+    assert meta.pins() == {}
+
+
+# -- queues ---------------------------------------------------------------------
+
+
+def test_garbage_due_honours_its_limit_and_the_grace_period(meta):
+    f = mkfile(meta, b"f")
+    meta.commit_blocks(f, {i: ref(100 + i, 10) for i in range(8)}, 8 * BS)
+    meta.truncate(f, 0, None)
+    assert meta.garbage_due(now_ns=FAR_FUTURE) == list(range(100, 108))
+    assert meta.garbage_due(limit=3, now_ns=FAR_FUTURE) == [100, 101, 102]
+    assert meta.garbage_due(now_ns=meta.getattr(f).ctime_ns) == []
+    assert meta.garbage_due(now_ns=meta.getattr(f).ctime_ns + meta.garbage_grace_ns) == list(range(100, 108))
+    meta.garbage_done([100, 105, 999])
+    assert meta.garbage_due(now_ns=FAR_FUTURE) == [101, 102, 103, 104, 106, 107]
+
+
+# -- ids -------------------------------------------------------------------------
+
+
+def test_inode_numbers_and_block_ids_are_distinct(meta):
+    inos = {mkfile(meta, b"f%d" % i) for i in range(100)}
+    assert len(inos) == 100 and min(inos) > ROOT
+    blocks = [meta.block_ids.next() for _ in range(5000)]
+    assert len(set(blocks)) == 5000 and min(blocks) >= 1
+
+
 # -- reopen --------------------------------------------------------------------
 
 
-def test_reopen_preserves_everything(engines):
-    meta = engines.open()
+def test_reopen_preserves_everything(store, meta):
     d = mkdir(meta, b"d", mode=0o2750, gid=44)
     f = mkfile(meta, b"f", parent=d, uid=5)
     meta.link(f, ROOT, b"f2")
@@ -661,7 +713,7 @@ def test_reopen_preserves_everything(engines):
         "garbage": meta.garbage_due(now_ns=FAR_FUTURE),
         "uuid": meta.volume["uuid"],
     }
-    meta = engines.reopen()
+    meta = MetaEngine(store.reopen(), BS)
     assert {ino: meta.getattr(ino) for ino in state["attrs"]} == state["attrs"]
     assert list(meta.readdir(ROOT)) == state["root"]
     assert list(meta.readdir(d)) == state["d"]
@@ -675,15 +727,15 @@ def test_reopen_preserves_everything(engines):
     assert meta.orphans() == [o]
 
 
-def test_block_size_is_fixed_at_format(engines):
-    engines.open(block_size=BS)
-    assert engines.reopen(block_size=4 * BS).block_size == BS
+def test_block_size_is_fixed_at_format(store, meta):
+    assert MetaEngine(store.reopen(), 4 * BS).block_size == BS
 
 
-def test_ids_are_never_handed_out_twice_across_reopen(engines):
+def test_ids_are_never_handed_out_twice_across_reopen(store, meta):
     seen_inos, seen_blocks = {ROOT}, set()
     for round_ in range(3):
-        meta = engines.open() if round_ == 0 else engines.reopen()
+        if round_:
+            meta = MetaEngine(store.reopen(), BS)
         for i in range(20):
             ino = mkfile(meta, b"r%d-%d" % (round_, i))
             assert ino not in seen_inos
