@@ -90,11 +90,15 @@ class RedisServer:
         self.kill()
         self.start()
 
-    def flush(self) -> None:
-        """Empty every database, so the next test formats a new volume."""
+    def flush(self, db: int | None = None) -> None:
+        """Empty every database (or database `db`), so the next test formats a new volume."""
+        command = b"FLUSHALL\r\n" if db is None else b"SELECT %d\r\nFLUSHDB\r\n" % db
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-            s.sendall(b"FLUSHALL\r\n")
+            s.sendall(command)
             s.recv(64)
+
+    def url_of(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
 
 
 def wait_until(predicate, what: str, timeout: float = START_TIMEOUT_S) -> None:

@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG_TEMPLATE, Volume, aifs_cli
+import cli_helpers
+from cli_helpers import aifs, refused
+from conftest import CONFIG_TEMPLATE, Volume
 from redisserver import RedisServer
 from s3.conftest import MotoServer
 from s3.helpers_mount import PREFIX, S3Setup
@@ -26,23 +28,8 @@ pytestmark = pytest.mark.timeout_s(300)
 UUID_AT = 2  # "formatted volume UUID ..." / "... already holds volume UUID ..."
 
 
-def aifs(*args: object) -> subprocess.CompletedProcess:
-    return aifs_cli(*(str(a) for a in args), timeout=120)
-
-
 def aifs_ok(*args: object) -> subprocess.CompletedProcess:
-    cp = aifs(*args)
-    assert cp.returncode == 0, f"aifs {' '.join(map(str, args))}: exit {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
-    assert not cp.stderr, cp.stderr
-    return cp
-
-
-def refused(cp: subprocess.CompletedProcess, *phrases: str) -> None:
-    """A clear one-line refusal: exit 1, no traceback, every phrase in the message."""
-    assert cp.returncode == 1, f"exit {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
-    assert "Traceback" not in cp.stderr and cp.stderr.startswith("aifs: "), cp.stderr
-    for phrase in phrases:
-        assert phrase in cp.stderr, cp.stderr
+    return cli_helpers.aifs_ok(*args, quiet=True)
 
 
 def formatted_uuid(cp: subprocess.CompletedProcess) -> str:

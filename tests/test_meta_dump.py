@@ -22,7 +22,8 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG_TEMPLATE, REPO, Volume, aifs_cli
+from cli_helpers import aifs, aifs_ok, refused
+from conftest import CONFIG_TEMPLATE, REPO, Volume
 from helpers import describe_tree, make_sample_tree, pattern, write_file
 from redisserver import RedisServer
 
@@ -42,24 +43,6 @@ pytestmark = pytest.mark.timeout_s(300)
 
 
 # -- the command line ---------------------------------------------------------------------
-
-
-def aifs(*args: object) -> subprocess.CompletedProcess:
-    return aifs_cli(*(str(a) for a in args), timeout=120)
-
-
-def aifs_ok(*args: object) -> subprocess.CompletedProcess:
-    cp = aifs(*args)
-    assert cp.returncode == 0, f"aifs {' '.join(map(str, args))}: exit {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
-    return cp
-
-
-def refused(cp: subprocess.CompletedProcess, *phrases: str) -> None:
-    """A clear one-line refusal: exit 1, no traceback, every phrase in the message."""
-    assert cp.returncode == 1, f"exit {cp.returncode}\n{cp.stdout}\n{cp.stderr}"
-    assert "Traceback" not in cp.stderr and cp.stderr.startswith("aifs: "), cp.stderr
-    for phrase in phrases:
-        assert phrase in cp.stderr, cp.stderr
 
 
 def config_text(state_dir: Path, objects: Path, meta: str = "") -> str:

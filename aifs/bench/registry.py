@@ -10,7 +10,7 @@ NAME -> Mode (see aifs.bench.workload; aifs.bench.scratch has the scaffolding th
 
 from collections.abc import Iterable
 
-from aifs.bench import bigfile, checkpoint, checkpoint_s3, dataloader, remote, smallfiles, tiers
+from aifs.bench import bigfile, checkpoint, checkpoint_s3, cluster, dataloader, metascale, remote, smallfiles, tiers
 from aifs.bench.workload import Mode, Workload
 
 
@@ -29,7 +29,8 @@ WORKLOADS = _index(
     [*smallfiles.WORKLOADS, *bigfile.WORKLOADS, *checkpoint.WORKLOADS, *dataloader.WORKLOADS]
 )
 
-MODES: dict[str, Mode] = {mode.name: mode for mode in (remote.MODE, checkpoint_s3.MODE, tiers.MODE)}
+MODES: dict[str, Mode] = {mode.name: mode for mode in (remote.MODE, checkpoint_s3.MODE, tiers.MODE, cluster.MODE,
+                                                        metascale.MODE)}
 
 
 def plan(selected: Iterable[str] | None = None) -> list[tuple[Workload, bool]]:

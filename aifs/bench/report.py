@@ -5,9 +5,14 @@ import json
 from aifs.bench.workload import Result, Results
 
 
-def _first(results: Results) -> dict[str, Result]:
-    """One path's results: all paths ran the same plan, so this gives names (in order) and units."""
-    return next(iter(results.values()), {})
+def _rows(results: Results) -> dict[str, Result]:
+    """Every result name, in order, with one of its results (for the unit). Paths ran the same
+    plan, but a mode may fill a row in some columns only (per node, where a column has nodes)."""
+    rows: dict[str, Result] = {}
+    for per_path in results.values():
+        for name, result in per_path.items():
+            rows.setdefault(name, result)
+    return rows
 
 
 def _number(value: float) -> str:
@@ -15,8 +20,8 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:#.3g}"
 
 
-def _ratio(first: Result, last: Result) -> str:
-    return _number(first.value / last.value) if last.value else "-"
+def _ratio(first: Result | None, last: Result | None) -> str:
+    return _number(first.value / last.value) if first and last and last.value else "-"
 
 
 class _Footnotes:
@@ -28,8 +33,10 @@ class _Footnotes:
         self._marks = {note: f"[{i}]" for i, note in enumerate(notes, 1)}
         self._width = max((len(mark) + 1 for mark in self._marks.values()), default=0)
 
-    def cell(self, result: Result) -> str:
-        """The value, its mark if any, padded so that digits line up down a column."""
+    def cell(self, result: Result | None) -> str:
+        """The value, its mark if any, padded so that digits line up down a column; "-" for none."""
+        if result is None:
+            return "-".ljust(self._width + 1)
         mark = f" {self._marks[result.note]}" if result.note else ""
         return f"{_number(result.value)}{mark.ljust(self._width)}"
 
@@ -50,8 +57,8 @@ def to_table(results: Results) -> str:
     compare = len(paths) > 1
     footnotes = _Footnotes(results)
     rows = [["workload", "unit", *paths] + ([f"{paths[0]} / {paths[-1]}"] if compare else [])]
-    for name, sample in _first(results).items():
-        per_path = [results[path][name] for path in paths]
+    for name, sample in _rows(results).items():
+        per_path = [results[path].get(name) for path in paths]
         ratio = [_ratio(per_path[0], per_path[-1])] if compare else []
         rows.append([name, sample.unit, *map(footnotes.cell, per_path), *ratio])
     lines = _align(rows)
@@ -60,17 +67,17 @@ def to_table(results: Results) -> str:
 
 
 def to_json(results: Results, scale: float, goals: list[str] | None = None) -> str:
-    """{"scale", "units": {result: unit}, "results": {result: {path: value}},
+    """{"scale", "units": {result: unit}, "results": {result: {path: value}} (only paths that have it),
     "notes": {result: {path: note}} (only results that have notes), and "goals": [line] for a mode}."""
-    names = list(_first(results))
+    rows = _rows(results)
     document = {
         "scale": scale,
-        "units": {name: sample.unit for name, sample in _first(results).items()},
-        "results": {name: {path: r[name].value for path, r in results.items()} for name in names},
+        "units": {name: sample.unit for name, sample in rows.items()},
+        "results": {name: {path: r[name].value for path, r in results.items() if name in r} for name in rows},
         "notes": {
             name: notes
-            for name in names
-            if (notes := {path: r[name].note for path, r in results.items() if r[name].note})
+            for name in rows
+            if (notes := {path: r[name].note for path, r in results.items() if name in r and r[name].note})
         },
     }
     if goals is not None:

@@ -58,10 +58,12 @@ class Mode:
     a given directory can measure (which tier serves a read, what durability in S3 costs).
 
     `run(base, scale, progress, s3_endpoint=None, bucket=..., s3_own_core=False)` returns Results whose columns
-    are whatever the mode compares; `goals` turns them into lines naming each target.
+    are whatever the mode compares; `goals` turns them into lines naming each target. `options` names
+    the further keyword arguments of `run` that only this mode takes (`aifs bench --nodes`, ...).
     """
 
     name: str
     summary: str  # one line for `aifs bench --help`
     run: Callable[..., Results]
     goals: Callable[[Results], list[str]]
+    options: tuple[str, ...] = ()

@@ -5,6 +5,7 @@ import os
 import click
 
 from aifs.bench import report, runner
+from aifs.bench.metascale import parse_entries
 from aifs.bench.registry import MODES, WORKLOADS
 from aifs.bench.scratch import BUCKET
 from aifs.bench.workload import BenchError
@@ -30,6 +31,26 @@ def _distinct_dirs(
     if len(set(real)) != len(real):
         raise click.BadParameter("each PATH must be a different directory")
     return paths
+
+
+def _parse_entries(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """`--entries 100k,1M` -> [100000, 1000000]."""
+    if value is None:
+        return None
+    try:
+        return parse_entries(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _mode_options(mode: str | None, given: dict[str, object]) -> dict[str, object]:
+    """The options given that belong to `mode`; one that belongs to another mode is refused."""
+    given = {name: value for name, value in given.items() if value is not None}
+    for name in given:
+        if mode is None or name not in MODES[mode].options:
+            owners = ", ".join(f"--mode {m}" for m in sorted(MODES) if name in MODES[m].options)
+            raise click.UsageError(f"--{name} is an option of {owners} only")
+    return given
 
 
 def _progress(message: str) -> None:
@@ -71,8 +92,13 @@ def _progress(message: str) -> None:
 @click.option("--s3-own-core", is_flag=True,
               help="With --mode: the moto server gets one core of its own and everything else the "
                    "others, as if S3 were another machine.")
+@click.option("--nodes", type=click.IntRange(min=2), help="With --mode cluster: how many nodes mount each "
+                                                           "shared volume (default 2).")
+@click.option("--entries", callback=_parse_entries, metavar="N,...",
+              help="With --mode meta-scale: the namespace sizes to build, e.g. 100k,1M,10M (the default).")
 def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json: bool, mode: str | None,
-          s3_endpoint: str | None, bucket: str, s3_own_core: bool) -> None:
+          s3_endpoint: str | None, bucket: str, s3_own_core: bool, nodes: int | None,
+          entries: list[int] | None) -> None:
     """Run the same file workloads on each PATH, one path after another, and compare them.
 
     Each PATH is an existing directory. The bench works in a fresh subdirectory,
@@ -86,10 +112,11 @@ def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json:
     root and /dev/fuse. Cold results need root to drop the kernel's caches.
     Progress goes to stderr, results to stdout.
     """
+    options = _mode_options(mode, {"nodes": nodes, "entries": entries})
     try:
         if mode is not None:
             results = MODES[mode].run(paths[0], scale, _progress, s3_endpoint=s3_endpoint, bucket=bucket,
-                                      s3_own_core=s3_own_core)
+                                      s3_own_core=s3_own_core, **options)
         else:
             results = runner.run(paths, only, scale, _progress)
     except (BenchError, OSError) as error:  # OSError: the scratch directory itself failed

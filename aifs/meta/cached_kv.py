@@ -40,7 +40,7 @@ class CachedKV:
         self._entries: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._epoch = 0
         self._lock = threading.Lock()
-        inner.subscribe(self._pushed)
+        inner.subscribe(self._pushed, from_others=True)  # its own commits it caches as they return
 
     # -- reads -------------------------------------------------------------
 
@@ -113,17 +113,34 @@ class CachedKV:
     # -- writes ------------------------------------------------------------
 
     def commit(self, batch: Batch) -> None:
-        """Commit through the engine. The written keys are dropped before, so the batch's own
-        hooks read what it stored, and again after, so nothing another thread read meanwhile
-        outlives the commit; on Conflict the read set goes too, for the rerun to read afresh."""
+        """Commit through the engine, then cache what the batch wrote: the next getattr of a
+        file this node just changed costs no round trip. The written keys are dropped before,
+        so the batch's own hooks read what it stored. On Conflict the read set goes, for the
+        rerun to read afresh; on any other failure the written keys stay dropped."""
         self._drop(batch.ops)
+        epoch = self._held(())[1]
         try:
             self._inner.commit(batch)
         except Conflict:
             self._drop(batch.reads)
             raise
-        finally:
-            self._drop(batch.ops)
+        self._keep_written({key: value for key, value in batch.ops.items() if cacheable(key)}, epoch)
+
+    def _keep_written(self, written: dict[bytes, bytes | None], epoch: int) -> None:
+        """Cache a commit's writes unless a change was pushed since `epoch` (another node may
+        have changed them after this commit). The epoch moves on, so no read that started
+        before the commit can cache its older answer over these."""
+        with self._lock:
+            if epoch != self._epoch:
+                for key in written:
+                    self._entries.pop(key, None)
+                return
+            self._epoch += 1
+            for key, value in written.items():
+                self._entries[key] = value
+                self._entries.move_to_end(key)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
 
     def add(self, key: bytes, delta: int) -> int:
         return self._inner.add(key, delta)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,9 @@ class Store:
     """One store of one engine for one test, and every client opened on it."""
 
     def __init__(self, engine: str, directory: Path, redis: RedisServer | None = None,
-                 close_later: Callable[[KVStore], None] | None = None) -> None:
+                 close_later: Callable[[KVStore], None] | None = None, db: int = 0) -> None:
         self.engine = engine
+        self.db = db
         self.directory = directory
         self.redis = redis
         self._close_later = close_later
@@ -69,7 +70,7 @@ class Store:
             return self._remember(self._rocksdb(read_only))
         from aifs.meta.redis_kv import RedisKV
 
-        client = RedisKV.connect(self.redis.url, read_only=read_only)
+        client = RedisKV.connect(self.redis.url_of(self.db), read_only=read_only)
         if self.engine == "redis-cached":
             from aifs.meta.cached_kv import CachedKV
 
@@ -114,23 +115,50 @@ def redis_server(tmp_path_factory) -> RedisServer:
     server.kill()
 
 
+class BackgroundCloser:
+    """Closes redis clients while the next tests run, each test on the next of the server's
+    databases in turn: a database is emptied for a new test only once its clients are closed
+    (a client closing after its data went would rightly report its writes lost)."""
+
+    DATABASES = 16
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+        self._closing: dict[int, list] = {db: [] for db in range(self.DATABASES)}
+        self._next = 0
+
+    def database(self) -> int:
+        """The next database, its clients closed (failures raised)."""
+        db, self._next = self._next, (self._next + 1) % self.DATABASES
+        while self._closing[db]:
+            self._closing[db].pop().result()
+        return db
+
+    def close_later(self, db: int) -> Callable[[KVStore], None]:
+        return lambda client: self._closing[db].append(self._pool.submit(client.close))
+
+    def drain(self) -> None:
+        for db in self._closing:
+            while self._closing[db]:
+                self._closing[db].pop().result()
+
+
 @pytest.fixture(scope="session")
-def redis_closer(redis_server) -> Callable[[KVStore], None]:
-    """Closes redis clients while the next tests run; all are closed, and any failure to
-    close raised, before the server stops."""
-    closing = []
+def redis_closer(redis_server) -> Iterator[BackgroundCloser]:
+    """All clients are closed, and any failure to close raised, before the server stops."""
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="close-redis-client") as pool:
-        yield lambda client: closing.append(pool.submit(client.close))
-    for done in closing:
-        done.result()
+        closer = BackgroundCloser(pool)
+        yield closer
+        closer.drain()
 
 
 @pytest.fixture(params=ENGINES)
 def store(request, tmp_path) -> Store:
     if request.param.startswith("redis"):
         redis, closer = request.getfixturevalue("redis_server"), request.getfixturevalue("redis_closer")
-        redis.flush()
-        opened = Store(request.param, tmp_path / "meta", redis, closer)
+        db = closer.database()
+        redis.flush(db)
+        opened = Store(request.param, tmp_path / "meta", redis, closer.close_later(db), db)
     else:
         opened = Store(request.param, tmp_path / "meta")
     yield opened
