@@ -360,12 +360,10 @@ def vol(make_volume, engine, request):
 @pytest.fixture(scope="session")
 def redis_engine(tmp_path_factory):
     """A redis-server for volumes whose metadata lives in Redis."""
-    from redisserver import RedisServer
+    from redisserver import running
 
-    server = RedisServer(tmp_path_factory.mktemp("redis-engine"))
-    server.start()
-    yield server
-    server.kill()
+    with running(tmp_path_factory.mktemp("redis-engine")) as server:
+        yield server
 
 
 _counter = itertools.count()

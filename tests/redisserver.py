@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,14 @@ def start_tls_server(directory: Path, certificates: dict[str, Path]) -> tuple[Re
                          "--tls-ca-cert-file", str(certificates["ca"]), "--tls-auth-clients", "yes")
     server.start()
     return server, tls_port
+
+
+@contextmanager
+def running(directory: Path) -> Iterator[RedisServer]:
+    """A started RedisServer, killed when the block ends."""
+    server = RedisServer(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()

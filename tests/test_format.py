@@ -16,7 +16,7 @@ import cli_helpers
 from cli_helpers import aifs, refused
 from conftest import CONFIG_TEMPLATE, Volume
 from redisserver import RedisServer
-from s3.conftest import MotoServer
+from s3.conftest import MotoServer, moto_server  # noqa: F401 - the fixture
 from s3.helpers_mount import PREFIX, S3Setup
 
 from aifs.meta import keys
@@ -123,12 +123,9 @@ def test_format_on_redis(configs, tmp_path):
 # -- the bucket's volume marker ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory) -> Iterator[MotoServer]:
-    server = MotoServer(tmp_path_factory.mktemp("moto"))
-    server.start()
-    yield server
-    server.stop()
+@pytest.fixture
+def moto(moto_server) -> MotoServer:
+    return moto_server
 
 
 def marker_uuid(moto: MotoServer, bucket: str) -> str | None:

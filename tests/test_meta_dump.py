@@ -25,7 +25,7 @@ import pytest
 from cli_helpers import aifs, aifs_ok, refused
 from conftest import CONFIG_TEMPLATE, REPO, Volume
 from helpers import describe_tree, make_sample_tree, pattern, write_file
-from redisserver import RedisServer
+from redisserver import RedisServer, running
 
 from aifs.meta import MetaEngine, contents, keys, load
 from aifs.meta.attrs import BlockRef
@@ -130,10 +130,8 @@ def test_a_volume_moves_to_rocksdb_with_other_shards_and_reads_back_the_same(sou
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
+    with running(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 def test_a_volume_moves_to_redis_and_reads_back_the_same(source, volumes, redis_server, tmp_path):

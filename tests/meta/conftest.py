@@ -36,7 +36,7 @@ from aifs.meta.kv import Batch, KVStore
 from aifs.meta.memory_kv import MemoryKV
 from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.meta.usage import BYTES, INODES
-from redisserver import RedisServer
+from redisserver import RedisServer, running
 from tests.unit.conftest import BS, SHARDS
 
 ENGINES = ["memory", "rocksdb", "redis", "redis-cached"]
@@ -108,11 +108,17 @@ class Store:
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory) -> RedisServer:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
+def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
+    """The conformance suite's server: each test on a database of its own (BackgroundCloser)."""
+    with running(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[RedisServer]:
+    """A server of the module's own, for the driver's suites, which empty it between tests."""
+    with running(tmp_path_factory.mktemp("redis")) as shared:
+        yield shared
 
 
 class BackgroundCloser:

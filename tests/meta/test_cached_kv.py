@@ -20,19 +20,10 @@ from aifs.meta.engines import open_kv
 from aifs.meta.kv import Batch
 from aifs.meta.redis_kv import RedisKV
 from aifs.meta.txn import Txn, retried
-from redisserver import RedisServer
 
 from .test_redis_kv import WAIT_S, Heard, put
 
 KEY = keys.inode(7)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> RedisServer:
-    shared = RedisServer(tmp_path_factory.mktemp("redis"))
-    shared.start()
-    yield shared
-    shared.kill()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from aifs.meta.memory_kv import MemoryKV
 from aifs.meta.redis_kv import PAGE, PROBE_EVERY_S, RedisKV
 from aifs.meta.redis_url import MetaEngineError
 from aifs.meta.writestate import MetaUnavailable, MetaWriteFailed
-from redisserver import (RedisServer, SentinelServer, free_port, make_certificates, start_replica,
+from redisserver import (RedisServer, SentinelServer, free_port, make_certificates, running, start_replica,
                          start_tls_server, wait_until)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,21 +32,11 @@ WAIT_S = 20.0  # bound on anything expected to happen soon (a push, a failover s
 KEY = keys.inode(7)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> RedisServer:
-    shared = RedisServer(tmp_path_factory.mktemp("redis"))
-    shared.start()
-    yield shared
-    shared.kill()
-
-
 @pytest.fixture
-def own_server(tmp_path) -> RedisServer:
+def own_server(tmp_path) -> Iterator[RedisServer]:
     """A server of the test's own, for tests that stop or restart it."""
-    private = RedisServer(tmp_path / "redis")
-    private.start()
-    yield private
-    private.kill()
+    with running(tmp_path / "redis") as private:
+        yield private
 
 
 @pytest.fixture

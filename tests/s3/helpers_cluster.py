@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redisserver import RedisServer
+from redisserver import RedisServer, running
 
 from .conftest import MotoServer
 from .helpers_mount import S3Volume
@@ -20,10 +20,8 @@ SESSION_TIMEOUT_S = 2.0
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
+    with running(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 @pytest.fixture
