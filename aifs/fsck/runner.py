@@ -26,7 +26,7 @@ from aifs.meta.engines import open_kv, redact
 from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.meta.sessions import live_sessions
 from aifs.tiers.s3_marker import S3SetupError
-from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock, node_id
+from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock, known_node_id
 
 CHECKS = (check_marker, check_keys, check_orphans, check_links, check_blocks)
 
@@ -119,7 +119,7 @@ def _shared_metadata(config: Config, writable: bool) -> Iterator[MetaEngine]:
             raise FsckError(f"refusing to check a volume mounted on {len(live)} node(s): "
                             + "; ".join(info.describe() for info in live) + "; unmount it everywhere first")
         state_dir = config.volume.state_dir
-        node = node_id(state_dir) if state_dir.is_dir() else ""
+        node = known_node_id(state_dir)
         with _volume_lock(state_dir, writable) if state_dir.is_dir() else nullcontext():
             yield MetaEngine(kv, config.volume.block_size, node=node.encode())
     finally:

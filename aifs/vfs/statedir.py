@@ -113,14 +113,22 @@ def read_holder(state_dir: Path) -> Holder | None:
 NODE_ID_NAME = "node-id"
 
 
+def known_node_id(state_dir: Path) -> str:
+    """The node id a mount of this state directory made, or "" if it never made one (a state
+    directory never mounted on a shared volume staged nothing there); reads only."""
+    try:
+        return (state_dir / NODE_ID_NAME).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def node_id(state_dir: Path) -> str:
     """This node's name in a shared volume's records (the uploads it stages): made once per
     state directory, so a node that restarts finds its own staged blocks again."""
+    known = known_node_id(state_dir)
+    if known:
+        return known
     path = state_dir / NODE_ID_NAME
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
     made = os.urandom(6).hex()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(made + "\n")
