@@ -1,7 +1,5 @@
 """Opening the metadata engine a config names: embedded RocksDB, or a shared Redis."""
 
-from urllib.parse import urlsplit, urlunsplit
-
 from aifs.config import Config
 from aifs.meta.kv import KVStore
 from aifs.meta.rocks_kv import ShardedRocksKV
@@ -20,12 +18,10 @@ def open_kv(config: Config, read_only: bool = False) -> KVStore:
     return CachedKV(RedisKV.connect(config.meta.url, read_only=read_only))
 
 
-def redact(url: str | None) -> str:
-    """An engine URL fit for messages and logs: any password replaced by ***."""
-    if url is None:
-        return "the state directory's RocksDB"
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+def redact(url: str) -> str:
+    """An engine URL fit for messages and logs, its password (if any) replaced by ***. Plain
+    string work, so that even a URL too broken to parse is shown safely."""
+    head, at, tail = url.rpartition("@")
+    scheme, sep, userinfo = head.partition("://")
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}:***@{tail}" if at and colon else url

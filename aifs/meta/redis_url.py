@@ -17,6 +17,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import redis
 from redis.sentinel import Sentinel
 
+from aifs.meta.engines import redact
+
 REDIS_PORT = 6379
 SENTINEL_PORT = 26379
 FORMS = ("redis://[user:password@]host:6379/DB, rediss://... (TLS) or "
@@ -88,7 +90,7 @@ def parse_redis_url(url: str) -> RedisTarget:
             return _server_target(parts)
         raise ValueError("the scheme is not redis, rediss or redis+sentinel")
     except ValueError as e:
-        raise MetaEngineError(f"[meta] url {_without_password(url)!r} is not usable: {e}; use {FORMS}") from None
+        raise MetaEngineError(f"[meta] url {redact(url)!r} is not usable: {e}; use {FORMS}") from None
 
 
 def _server_target(parts) -> RedisTarget:
@@ -153,11 +155,3 @@ def _unquoted(text: str | None) -> str | None:
 
 def _user(parts) -> str:
     return f"{parts.username}@" if parts.username else ""
-
-
-def _without_password(url: str) -> str:
-    """The URL as given, its password (if any) replaced, for an error message."""
-    head, at, tail = url.rpartition("@")
-    scheme, sep, userinfo = head.partition("://")
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}{sep}{user}:***@{tail}" if at and colon else url

@@ -13,6 +13,7 @@ from aifs.meta.attrs import BlockRef
 from aifs.meta.engines import open_kv
 from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.s3_marker import MarkerMode
+from aifs.vfs.cluster import ClusterNode
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
 from aifs.vfs.locks import FileLocks
@@ -22,7 +23,6 @@ from aifs.vfs.openfile import Handle, OpenFile, OpenFiles
 from aifs.vfs.pinning import Pinner
 from aifs.vfs.prefetch import Prefetcher
 from aifs.vfs.readahead import DEFAULT_LIMIT, Readahead
-from aifs.vfs.cluster import ClusterNode
 from aifs.vfs.statedir import VolumeLock, node_id, prepare_state_dir
 from aifs.vfs.writeback import GarbageCollector, Uploader
 

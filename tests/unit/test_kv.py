@@ -5,6 +5,7 @@ import pytest
 from aifs.meta import keys
 from aifs.meta.kv import Batch
 from aifs.meta.rocks_kv import ShardedRocksKV
+from tests.meta.test_conformance_kv import sample
 
 from .conftest import SHARDS
 
@@ -37,24 +38,6 @@ def owners_in_distinct_shards(kv, count: int) -> list[int]:
         if len(found) == count:
             return sorted(found.values())
     raise AssertionError("the shard hash sends everything to fewer shards than asked")
-
-
-def sample(inos) -> dict[bytes, bytes]:
-    """Keys of every per-inode tag, plus volume-wide ones, for each inode."""
-    items = {}
-    for ino in inos:
-        v = str(ino).encode()
-        items[keys.inode(ino)] = b"inode" + v
-        items[keys.dentry(ino, b"a")] = b"da" + v
-        items[keys.dentry(ino, b"b")] = b"db" + v
-        items[keys.block(ino, 0)] = b"b0" + v
-        items[keys.block(ino, 7)] = b"b7" + v
-        items[keys.xattr(ino, b"user.x")] = b"x" + v
-        items[keys.symlink(ino)] = b"l" + v
-        items[keys.orphan(ino)] = b""
-        items[keys.upload(ino * 10)] = b""
-    items[keys.counter(b"next_ino")] = keys.u64(99)
-    return items
 
 
 @pytest.mark.parametrize("tag", [keys.DENTRY, keys.INODE, keys.BLOCK, keys.XATTR, keys.SYMLINK])
