@@ -184,7 +184,8 @@ def test_example_config_shows_every_key():
             shown = re.search(rf"^(\[+{name}\]+$|(# )?{name} = )", text, re.M)
             assert shown, f"{model.__name__}.{name} is missing from {EXAMPLE.name}"
             models += [m for m in models_in(field.annotation) if m not in seen + models]
-    assert len(seen) == 14  # Config, volume, meta, five tier kinds, erasure, fuse, writeback, logging, metrics, rule
+    assert len(seen) == 15  # Config, volume, meta, five tier kinds, erasure, fuse, writeback, logging, metrics,
+    # cluster, rule
 
 
 # --- one clear message per mistake -------------------------------------------------------
@@ -309,7 +310,7 @@ BAD_INPUTS = {
     ),
     "unknown durability": (
         '[[rules]]\npath = "/c/**"\ndurability = "s3"\n',
-        ["rules[0].durability = 's3': must be 'local' or 'remote'"],
+        ["rules[0].durability = 's3': must be 'local', 'cluster' or 'remote'"],
     ),
     "TOML syntax error": (
         "[meta]\nshards = = 4\n",
@@ -410,7 +411,7 @@ def test_rule_for_returns_first_match_else_default():
     assert cfg.rule_for("/checkpoints/step1/model.pt").durability == "local"
     assert cfg.rule_for("/models/llama.pt").durability == "remote"
     fallback = cfg.rule_for("/data/shard-0001.tar")
-    assert (fallback.path, fallback.durability) == ("/**", "local")
+    assert (fallback.path, cfg.durability(fallback)) == ("/**", "local")  # one node, no flash servers
 
 
 # --- CLI -------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ def health_problem(tier: dict) -> str | None:
     down = [s for s in servers if not s["up"]]
     if not down:
         return None
-    which = ", ".join(f"{s['server']} down for {s['down_for_s']:.0f} s" for s in down)
+    which = ", ".join(f"{s['server']} down for {s['down_for_s']:.0f} s (circuit breaker {s['breaker']}; "
+                      f"last error: {s['last_error']})" for s in down)
     return f"{len(servers) - len(down)} of {len(servers)} flash servers up; {which}"
 
 

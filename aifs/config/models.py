@@ -250,6 +250,18 @@ class NvmeTier(TierConfig):
         return system.fs_free(path) // 2
 
 
+def _usable_secret(path: Path) -> Path:
+    """Found out at start, not as every read falling through to the durable tier."""
+    try:
+        read_secret_file(path)
+    except SecretFileError as e:
+        raise PydanticCustomError("secret_file", "{problem}", {"problem": e.problem}) from None
+    return path
+
+
+SecretFile = Annotated[AbsPath, AfterValidator(_usable_secret)]
+
+
 def _host_port(value: str) -> str:
     """A flash server as `aifs flash serve --listen` takes it: HOST:PORT, an IPv6 host in brackets."""
     host, sep, port = value.rpartition(":")
@@ -305,17 +317,7 @@ class RemoteTier(TierConfig):
     # An optional table. Not `ErasureCoding | None`: errors.explain walks only discriminated unions.
     erasure: ErasureCoding = None  # type: ignore[assignment]
     only_copy: bool = Field(False, strict=True)
-    secret_file: AbsPath  # the servers' --secret-file: they refuse every client without it
-
-    @field_validator("secret_file")
-    @classmethod
-    def _usable_secret(cls, path: Path) -> Path:
-        """Found out at start, not as every read falling through to the durable tier."""
-        try:
-            read_secret_file(path)
-        except SecretFileError as e:
-            raise PydanticCustomError("secret_file", "{problem}", {"problem": e.problem}) from None
-        return path
+    secret_file: SecretFile  # the servers' --secret-file: they refuse every client without it
 
     @model_validator(mode="after")
     def _placement(self) -> "RemoteTier":
@@ -459,8 +461,8 @@ class LoggingConfig(_Table):
 _LOOPBACK = ("127.", "::1", "[::1]", "localhost")
 
 
-def _metrics_listen(value: str) -> str:
-    """HOST:PORT for the Prometheus endpoint; an IPv6 host goes in brackets; port 0 picks a free one."""
+def _listen(value: str) -> str:
+    """HOST:PORT to listen on; an IPv6 host goes in brackets; port 0 picks a free one."""
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise PydanticCustomError("listen", "not an address; use HOST:PORT, like '127.0.0.1:9464'")
@@ -470,7 +472,7 @@ def _metrics_listen(value: str) -> str:
 class MetricsConfig(_Table):
     """The Prometheus endpoint of the mount: off unless `listen` is set, loopback unless allowed."""
 
-    listen: Annotated[str, AfterValidator(_metrics_listen)] | None = None
+    listen: Annotated[str, AfterValidator(_listen)] | None = None
     allow_remote: bool = Field(False, strict=True)
 
     @model_validator(mode="after")
@@ -486,6 +488,46 @@ class MetricsConfig(_Table):
         return self
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "[::]", "")
+
+
+class ClusterConfig(_Table):
+    """How this mount shares its RAM and NVMe with the other mounts of a shared volume: with
+    `serve` set it answers their block reads, and reads blocks that hash to them from them
+    rather than from the durable tier. Its peers are the sessions that advertise an address."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    serve: Annotated[str, AfterValidator(_listen)] | None = None
+    advertise: NonEmpty | None = None  # the host peers dial; by default the host of `serve`
+    secret_file: SecretFile | None = None  # every mount of the volume holds the same one
+    timeout: float = Field(0.5, gt=0, strict=True)
+    read_bound: float = Field(1.0, gt=0, strict=True)
+    probe_interval: float = Field(1.0, gt=0, strict=True)
+    failures_to_down: int = Field(3, ge=1, le=1000, strict=True)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> "ClusterConfig":
+        if self.serve is None:
+            return self
+        if self.secret_file is None:
+            raise PydanticCustomError(
+                "cluster", "serving blocks to peers needs the volume's secret; set cluster.secret_file to a file "
+                "made by 'aifs flash secret FILE' (the same on every node)",
+                {"config_key": "secret_file", "config_value": None})
+        if self.advertise is None and self.serve.rpartition(":")[0] in WILDCARD_HOSTS:
+            raise PydanticCustomError(
+                "cluster", "peers cannot dial a wildcard address; set cluster.advertise to this node's host name "
+                "or address", {"config_key": "advertise", "config_value": None})
+        return self
+
+    @property
+    def advertised_host(self) -> str:
+        """The host other nodes dial to reach this mount's block server."""
+        assert self.serve is not None
+        return self.advertise or self.serve.rpartition(":")[0]
+
+
 def _rule_glob(value: str) -> str:
     """Rules match paths inside the mount, which always start at its root."""
     if not value.startswith("/"):
@@ -499,7 +541,7 @@ def _rule_glob(value: str) -> str:
 
 class Rule(_Table):
     path: Annotated[str, AfterValidator(_rule_glob)]
-    durability: Literal["local", "remote"] = "local"
+    durability: Literal["local", "cluster", "remote"] | None = None  # None: the volume's (Config.durability)
     pin: Literal["ram", "nvme"] | None = None
     readahead: Size | None = None
     fetch: Literal["range", "block"] = "range"
@@ -574,11 +616,42 @@ class Config(_Table):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     rules: list[Rule] = Field(default_factory=list)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="after")
     def _check_tiers(self) -> "Config":
         _check_tier_order(self.tiers)
         _check_capacities(self.tiers, self.volume.block_size)
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_durability_has_servers(self) -> "Config":
+        """A copy safe from the loss of this node needs somewhere else to be."""
+        if not any(tier.kind == "remote" for tier in self.tiers):
+            for i, rule in enumerate(self.rules):
+                if rule.durability == "cluster":
+                    raise PydanticCustomError(
+                        "rules", "durability = 'cluster' keeps a copy of each block on the flash servers, and no "
+                        "remote tier is configured; add one, or use 'local' or 'remote'",
+                        {"config_key": f"rules[{i}].durability", "config_value": "cluster"})
+        return self
+
+    def durability(self, rule: "Rule | None") -> str:
+        """What close() waits for under `rule`: its own setting, else "cluster" on a shared
+        volume with flash servers (other nodes read the files at once), else "local"."""
+        if rule is not None and rule.durability is not None:
+            return rule.durability
+        shared = self.meta.engine != "rocksdb"
+        return "cluster" if shared and any(tier.kind == "remote" for tier in self.tiers) else "local"
+
+    @model_validator(mode="after")
+    def _peers_share_a_volume(self) -> "Config":
+        """Peers are found through the sessions of a shared metadata engine."""
+        if self.cluster.serve is not None and self.meta.engine == "rocksdb":
+            raise PydanticCustomError(
+                "cluster", "a volume on the embedded engine has one node and no peers; set meta.url to a shared "
+                "engine (redis://...) or remove cluster.serve",
+                {"config_key": "serve", "config_value": self.cluster.serve})
         return self
 
     def tier_path(self, tier: TierConfig) -> Path:

@@ -2,6 +2,6 @@
 
 Server side: `store` (blocks on disk with a byte budget), `server` (the network
 front), `requests` (checking each request), `limits` and `budget` (what clients
-may hold of it). Client side: `ring` (placement), `endpoint` and `health` (retries and
-circuit breakers), `erasure` (RS(k,m) shards), `tier` (RemoteFlashTier).
+may hold of it). Client side: `ring` (placement), `endpoint` (retries, behind each server's
+circuit breaker from aifs.tiers.breaker), `erasure` (RS(k,m) shards), `tier` (RemoteFlashTier).
 """

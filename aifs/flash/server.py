@@ -42,7 +42,7 @@ import trio
 from aifs.flash.budget import ByteBudget
 from aifs.flash.limits import ServerLimits
 from aifs.flash.requests import BadRequest, Request, parse
-from aifs.flash.store import SUM, BlockStore, ChecksumMismatch, CorruptRecord, Record, StoreFull
+from aifs.flash.store import SUM, BlockStore, ChecksumMismatch, CorruptRecord, Record, ServedStore, StoreFull
 from aifs.rdma.auth import NO_HANDSHAKE, AuthError, RequestMacs, Secret, ServerHandshake
 from aifs.rdma.keys import KeyExchangeError, QpInfo
 from aifs.rdma.loopsock import LoopSocket, PeerClosed
@@ -130,7 +130,7 @@ class _AcceptPauses:
 
 
 class BlockServer:
-    def __init__(self, store: BlockStore, secret: Secret, verbs: VerbsEndpoint | None = None, io_threads: int = 8,
+    def __init__(self, store: ServedStore, secret: Secret, verbs: VerbsEndpoint | None = None, io_threads: int = 8,
                  limits: ServerLimits = ServerLimits()) -> None:
         self.store = store
         self.verbs = verbs
@@ -152,6 +152,10 @@ class BlockServer:
         await listener.bind((host, port))
         listener.listen(128)
         task_status.started(Address(*listener.getsockname()[:2]))
+        await self.serve_on(listener)
+
+    async def serve_on(self, listener: trio.socket.SocketType) -> None:
+        """Accept connections on a bound, listening socket until cancelled; closes it then."""
         with listener:
             async with trio.open_nursery() as nursery:
                 await self._accept_forever(listener, nursery)

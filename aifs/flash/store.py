@@ -17,6 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from aifs.flash.pins import PinJournal
 from aifs.tiers.checksum import Buffer, checksum
@@ -45,6 +46,28 @@ class Record:
     def __init__(self, length: int) -> None:
         self.buf = bytearray(SUM.size + length)
         self.payload = memoryview(self.buf)[SUM.size:]
+
+
+class ServedStore(Protocol):
+    """What a block server answers from: a flash server's own BlockStore, or the tiers of a mount
+    serving its peers. `read_cached` runs on the server's event loop (None: needs a thread)."""
+
+    def size(self, block_id: int) -> int: ...
+
+    def read_cached(self, block_id: int, offset: int = 0,
+                    length: int = -1) -> tuple[memoryview, int, int | None] | None: ...
+
+    def read(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[memoryview, int, int | None]: ...
+
+    def put(self, block_id: int, record: "Record", expected: int, pin: bool) -> None: ...
+
+    def delete(self, block_id: int) -> None: ...
+
+    def unpin(self, block_id: int) -> None: ...
+
+    def contains(self, block_id: int) -> bool: ...
+
+    def stat(self) -> dict[str, int]: ...
 
 
 class BlockStore:

@@ -28,7 +28,7 @@ as much as the network.
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
@@ -36,15 +36,16 @@ from typing import Any, TypeVar
 
 import xxhash
 
-from aifs.flash.endpoint import RetryPolicy, ServerHandle, ServerUnavailable
+from aifs.flash.endpoint import FAILURES_TO_DOWN, RetryPolicy, ServerHandle, ServerUnavailable
 from aifs.flash.erasure import ErasureCode
-from aifs.flash.health import FAILURES_TO_DOWN, CircuitBreaker, Prober
 from aifs.flash.ring import VNODES, HashRing
 from aifs.rdma.auth import Secret
 from aifs.rdma.loop_tcp import LoopTcpReader
 from aifs.rdma.select import select_transport
 from aifs.rdma.transport import Address, BlockMissing, Connection, RemoteError, Transport
+from aifs.tiers.breaker import CircuitBreaker
 from aifs.tiers.checksum import CorruptBlock
+from aifs.tiers.prober import Prober
 
 log = logging.getLogger(__name__)
 
@@ -76,39 +77,82 @@ class RemoteWriteFailed(Exception):
 
 
 class RemoteFlashTier:
-    name = "remote"
-
     def __init__(self, servers: Sequence[str], replicas: int = 2, transport: str | Transport = "auto",
                  timeout: float = 0.5, read_bound: float = 1.0, probe_interval: float = 1.0,
                  failures_to_down: int = FAILURES_TO_DOWN, erasure: tuple[int, int] | None = None,
                  pin: bool = False, vnodes: int = VNODES, streams: int = 2, namespace: bytes = b"",
-                 rdma_device: str | None = None, *, secret: Secret) -> None:
+                 rdma_device: str | None = None, name: str = "remote", kind: str = "flash server", *,
+                 secret: Secret) -> None:
+        """`name` is the tier's in status and metrics, `kind` what its servers are called in logs.
+        No `servers` is a tier whose members come later, through `set_servers`."""
         addresses = [Address.parse(s) for s in servers]
-        if len(set(addresses)) != len(addresses) or not addresses:
-            raise ValueError(f"need distinct flash servers, got {list(servers)}")
+        if len(set(addresses)) != len(addresses):
+            raise ValueError(f"need distinct {kind}s, got {list(servers)}")
         self._ec = ErasureCode(*erasure) if erasure else None
         width = self._ec.width if self._ec else replicas
-        if not 1 <= width <= len(addresses):
+        if addresses and not 1 <= width <= len(addresses):
             raise ValueError(f"placing a block on {width} servers needs at least that many; "
                              f"{len(addresses)} configured")
+        self.name, self.kind = name, kind
         self.replicas = replicas
         self.pin = pin
         self.namespace = namespace
         self._transport = (
             select_transport(transport, rdma_device, streams=streams, timeout=timeout, secret=secret)
             if isinstance(transport, str) else transport)
-        policy = RetryPolicy(timeout=timeout, bound=read_bound)
-        self._servers = {str(a): ServerHandle(a, self._transport.connect(a), policy,
-                                              CircuitBreaker(str(a), failures_to_down)) for a in addresses}
-        self._ring = HashRing(self._servers, vnodes)
+        self._secret = secret
+        self._policy = RetryPolicy(timeout=timeout, bound=read_bound)
+        self._breaker_rules = (failures_to_down, probe_interval)
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(addresses)), thread_name_prefix="aifs-flash")
         self._stat_lock = threading.Lock()
         self._stats: tuple[float, int, int] | None = None  # (when, capacity, used)
-        for handle in self._servers.values():
+        self._on_loop = self._transport.name == "tcp" and self._ec is None
+        self._servers: dict[str, ServerHandle] = {}
+        self._loop_readers: dict[str, LoopTcpReader] = {}
+        self._ring = HashRing((), vnodes)
+        self.set_servers(map(str, addresses))
+        self._prober = Prober(self._down, self._probe, probe_interval)
+
+    # -- membership ------------------------------------------------------------------
+
+    def set_servers(self, servers: Iterable[str], local: str = "") -> None:
+        """Follow a membership that changes (the mounts of a shared volume): a server that joined
+        gets a connection and its place on the ring, one that left loses both. `local`, this
+        node itself, keeps its place on the ring, so that every member places blocks alike, but
+        is never sent a request: a block placed here is read from this node's own tiers.
+
+        Readers on other threads see the old or the new servers, never a mix that fails: the
+        maps are replaced whole, and a server missing from the one a reader holds is skipped.
+        Called on the loop that `get_range_on_loop` runs on, whose sockets of servers that left
+        it closes."""
+        wanted = list(dict.fromkeys(str(Address.parse(s)) for s in servers))  # in the order given
+        remote = [name for name in wanted if name != local]
+        current, readers = self._servers, self._loop_readers
+        joined = {name: self._handle(Address.parse(name)) for name in remote if name not in current}
+        left = [handle for name, handle in current.items() if name not in remote]
+        self._servers = {name: current.get(name) or joined[name] for name in remote}
+        if self._on_loop:
+            self._loop_readers = {name: readers.get(name) or LoopTcpReader(self._servers[name].address, self._secret)
+                                  for name in remote}
+        if set(wanted) != self._ring.nodes:
+            self._ring = HashRing(wanted, self._ring.vnodes)
+        for handle in joined.values():
             self._pool.submit(handle.open)
-        self._loop_readers = ({name: LoopTcpReader(h.address, secret) for name, h in self._servers.items()}
-                              if self._transport.name == "tcp" and self._ec is None else None)
-        self._prober = Prober(self._down, lambda name: self._servers[name].probe(), probe_interval)
+        for handle in left:
+            handle.connection.close()
+        for name, reader in readers.items():
+            if name not in self._loop_readers:
+                reader.close()
+
+    def _handle(self, address: Address) -> ServerHandle:
+        failures_to_down, probe_interval = self._breaker_rules
+        breaker = CircuitBreaker(f"{self.kind} {address}", failures_to_down, probe_interval)
+        return ServerHandle(address, self._transport.connect(address), self._policy, breaker)
+
+    def _probe(self, name: str) -> None:
+        handle = self._servers.get(name)
+        if handle is not None:
+            handle.probe()
 
     # -- placement -------------------------------------------------------------------
 
@@ -122,8 +166,11 @@ class RemoteFlashTier:
         return [name for name, handle in self._servers.items() if not handle.up]
 
     def _replica_set(self, block_id: int) -> list[ServerHandle]:
-        """The block's copies in ring order; a down server's place goes to the next one."""
-        return [self._servers[n] for n in self._ring.owners(block_id, self.replicas, skip=self._down())]
+        """The block's copies in ring order; a down server's place goes to the next one, and
+        this node's own place (see `set_servers`) to none."""
+        servers = self._servers
+        owners = self._ring.owners(block_id, self.replicas, skip=self._down())
+        return [servers[n] for n in owners if n in servers]
 
     def _shard_set(self, block_id: int) -> list[ServerHandle]:
         """Shard i lives on the i-th server from the block, up or down: readers must find it there."""
@@ -181,20 +228,23 @@ class RemoteFlashTier:
     @property
     def ranges_on_loop(self) -> bool:
         """Whether `get_range_on_loop` serves ranged reads (TCP, replicas): else use `get_range`."""
-        return self._loop_readers is not None
+        return self._on_loop
 
     async def open_on_loop(self, per_server: int = 2) -> None:
         """Connect the loop's sockets ahead of the first ranged reads (best effort)."""
-        for reader in (self._loop_readers or {}).values():
-            await reader.open(per_server, self._servers[str(reader.address)].policy.timeout)
+        for reader in self._loop_readers.values():
+            await reader.open(per_server, self._policy.timeout)
 
     async def get_range_on_loop(self, block_id: int, offset: int, length: int) -> bytes | None:
         """`get_range` on the calling trio loop, with the same retries, replica order and
         health: for TCP, where a thread hop would cost as much as the network."""
-        assert self._loop_readers is not None
+        assert self._on_loop
         block_id = self._key(block_id)
         for handle in self._replica_set(block_id):
-            read = partial(_read_on_loop, self._loop_readers[handle.name], block_id, offset, length)
+            reader = self._loop_readers.get(handle.name)
+            if reader is None:  # left since: the next replica, if any
+                continue
+            read = partial(_read_on_loop, reader, block_id, offset, length)
             with _as_miss(handle, block_id):
                 return await handle.call_on_loop(read)
         return None
@@ -231,6 +281,8 @@ class RemoteFlashTier:
         else:
             targets = [(h, block_id, data) for h in self._replica_set(block_id)]
             needed = 1
+        if not targets and not pin:  # placed on this node itself, or no server is up
+            return
         writes = [self._request(h, block_id, self._write(object_id, payload, pin))
                   for h, object_id, payload in targets]
         stored = sum(bool(ok) for ok in self._fan_out(writes))
@@ -238,8 +290,8 @@ class RemoteFlashTier:
         if pin and stored < wanted:
             raise RemoteWriteFailed(f"block {block_id:016x} reached {stored} of {wanted} flash servers")
         if stored < needed:
-            log.warning("block %016x was not stored on the remote tier (%d of %d servers took it)",
-                        block_id, stored, len(targets))
+            log.warning("block %016x was not stored on the %s tier (%d of %d servers took it)",
+                        block_id, self.name, stored, len(targets))
 
     def _write(self, object_id: int, payload: bytes, pin: bool) -> Callable[[Connection, float], bool]:
         def request(connection: Connection, timeout: float) -> bool:
@@ -294,14 +346,12 @@ class RemoteFlashTier:
 
     def status(self) -> list[dict[str, Any]]:
         """One entry per server: whether it is up (and since when, on time.monotonic's clock, when
-        down), its current failure streak, requests it answered."""
-        return [{"server": name, "up": h.up, "down_since": h.breaker.down_since, "failures": h.breaker.failures,
-                 "answered": h.answered}
-                for name, h in self._servers.items()]
+        down), its breaker's state, current failure streak and last error, requests it answered."""
+        return [{"server": name, **h.breaker.health(), "answered": h.answered} for name, h in self._servers.items()]
 
     def close_on_loop(self) -> None:
         """Close the loop's sockets (on that loop: trio sockets cannot be closed from a thread)."""
-        for reader in (self._loop_readers or {}).values():
+        for reader in self._loop_readers.values():
             reader.close()
 
     def close(self) -> None:

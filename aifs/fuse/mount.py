@@ -10,6 +10,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from aifs.cluster.peers import PeerServeUnavailable
 from aifs.config import Config
 from aifs.control import SOCKET_NAME
 from aifs.control.server import ControlServer
@@ -55,7 +56,7 @@ def serve(config: Config, mountpoint: Path, lock: VolumeLock, accept_missing_mar
         volume = Volume(config, lock, accept_missing_marker, str(mountpoint))
         _serve(volume, config, mountpoint, metrics)
         record.finished = True
-    except (MetricsUnavailable, S3SetupError, TransportUnavailable) as e:
+    except (MetricsUnavailable, PeerServeUnavailable, S3SetupError, TransportUnavailable) as e:
         record.error = str(e)
         raise MountRefused(str(e)) from None
     except BaseException as e:

@@ -102,6 +102,16 @@ class BlockMapOps:
         return {keys.read_u64(key, 1): keys.read_u64(value)
                 for key, value in self.kv.scan(keys.UPLOAD) if value[8:] == self.node}
 
+    def pending_elsewhere(self) -> dict[int, tuple[int, str]]:
+        """The write-back queues of the other nodes: block id -> (checksum, node id)."""
+        return {keys.read_u64(key, 1): (keys.read_u64(value), value[8:].decode())
+                for key, value in self.kv.scan(keys.UPLOAD) if value[8:] != self.node}
+
+    def pending_among(self, block_ids: list[int]) -> list[int]:
+        """Those of `block_ids` some node has yet to upload, asked of the engine in one go."""
+        found = self.kv.multi_get([keys.upload(b) for b in block_ids]) if block_ids else []
+        return [b for b, value in zip(block_ids, found) if value is not None]
+
     def is_pending(self, block_id: int) -> bool:
         return self.kv.get_fresh(keys.upload(block_id)) is not None
 

@@ -44,6 +44,7 @@ class SessionInfo:
     version: str
     started_ns: int
     beat: int = 0
+    peer: str = ""  # HOST:PORT of its block server for the other nodes; "" when it serves none
 
     def encode(self) -> bytes:
         return msgpack.packb(asdict(self))
@@ -71,6 +72,7 @@ class Session:
         self.info = SessionInfo(0, node, socket.gethostname(), os.getpid(), mountpoint, version,
                                 time.time_ns())
         self._seen: dict[int, tuple[int, int]] = {}  # sid: (beat, monotonic ns it was first seen at)
+        self.members: list[SessionInfo] = []  # the sessions the last sweep left
         self._register()
 
     @property
@@ -109,6 +111,12 @@ class Session:
         txn.batch.on_commit(lambda: setattr(self, "_record", record))
         txn.commit()
         return True
+
+    def advertise(self, peer: str) -> None:
+        """Tell the other nodes where this mount serves its blocks (written with the next beat,
+        which this is)."""
+        self.info.peer = peer
+        self.beat()
 
     def close(self) -> None:
         """A clean unmount: the record and its holds go now, not after a timeout."""
@@ -150,11 +158,13 @@ class Session:
     # -- watching the others -----------------------------------------------
 
     def sweep(self, now_ns: int | None = None) -> list[SessionInfo]:
-        """Clean the sessions whose beat has not moved for the timeout; returns them."""
+        """Clean the sessions whose beat has not moved for the timeout; returns them. The others
+        stay in `members`, this one included."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         dead = []
         current = {}
-        for info in list_sessions(self._kv):
+        sessions = list_sessions(self._kv)
+        for info in sessions:
             beat, since = self._seen.get(info.sid, (info.beat, now_ns))
             if beat != info.beat:
                 since = now_ns
@@ -165,6 +175,7 @@ class Session:
                                 info.describe(), (now_ns - since) / 1e9)
                     dead.append(info)
         self._seen = current
+        self.members = [info for info in sessions if info not in dead]
         return dead
 
     @retried

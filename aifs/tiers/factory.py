@@ -1,6 +1,7 @@
 """Building the tiers a config describes; shared by the mount and by fsck."""
 
 from aifs.config import Config
+from aifs.config.models import ClusterConfig
 from aifs.config.models import RemoteTier as RemoteTierConfig
 from aifs.config.models import S3Tier as S3TierConfig
 from aifs.flash.tier import RemoteFlashTier
@@ -52,15 +53,28 @@ def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteFlashTier:
     )
 
 
+def open_peers(cluster: ClusterConfig) -> RemoteFlashTier:
+    """The other mounts of a shared volume as one cache, each block on one of them. They serve
+    plain block ids (they are this volume's mounts, holding its secret), over TCP: a mount's
+    server has no verbs endpoint. Its members come from the sessions (`set_servers`)."""
+    assert cluster.secret_file is not None
+    return RemoteFlashTier(
+        (), replicas=1, transport="tcp", timeout=cluster.timeout, read_bound=cluster.read_bound,
+        probe_interval=cluster.probe_interval, failures_to_down=cluster.failures_to_down, name="peers",
+        kind="peer", secret=Secret.from_file(cluster.secret_file),
+    )
+
+
 def open_tier_manager(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM) -> TierManager:
     ram = _tier(config, "ram")
     ram_tier = RamTier(config.capacity_of(ram) if ram is not None else 0)
     nvme = open_nvme(config)
     cold = open_cold(config, volume, marker)
     remote = _tier(config, "remote")
+    peers = open_peers(config.cluster) if config.cluster.serve is not None else None
     if remote is None:
-        return TierManager(ram_tier, nvme, cold, dirty_wait=config.writeback.dirty_wait)
+        return TierManager(ram_tier, nvme, cold, dirty_wait=config.writeback.dirty_wait, peers=peers)
     return TierManager(
         ram_tier, nvme, cold, dirty_wait=config.writeback.dirty_wait, remote=open_remote(remote, volume),
-        remote_capacity=remote.capacity, only_copy=remote.only_copy,
+        remote_capacity=remote.capacity, only_copy=remote.only_copy, peers=peers,
     )

@@ -19,6 +19,11 @@ cold tier holds them durably. With `only_copy` blocks are offered, pinned, as
 soon as they are staged, and unpinned once durable. A block found remotely is
 copied to NVMe in the background too: the reader, who came for the remote
 tier's low latency, does not wait for a local disk write.
+
+The peers tier (the other mounts of a shared volume) sits below the remote tier and
+is used the same way, except that only blocks read from the cold tier are offered to
+it: each block goes to the one peer that consistent hashing names for it, where every
+other node then finds it instead of fetching it from the cold tier again.
 """
 
 import errno
@@ -96,22 +101,24 @@ class TierManager:
         self, ram: RamTier, nvme: NvmeTier, cold: ColdTier,
         io_threads: int = 8, cold_threads: int = 16, dirty_wait: float = 60.0,
         remote: RemoteTier | None = None, remote_threads: int = 8, remote_capacity: int | None = None,
-        only_copy: bool = False,
+        only_copy: bool = False, peers: RemoteTier | None = None,
     ) -> None:
         """`remote_capacity` is what status reports for the remote tier (None: the servers' total)."""
         self.dirty_wait = dirty_wait
-        self.ram, self.nvme, self.cold, self.remote = ram, nvme, cold, remote
+        self.ram, self.nvme, self.cold, self.remote, self.peers = ram, nvme, cold, remote, peers
         self.only_copy = only_copy
         self._io_limiter = _limiter(io_threads)
         self._cold_limiter = _limiter(cold_threads)
         self._remote_limiter = _limiter(remote_threads)
         self.background: BackgroundCalls | None = None  # offers, unpins, usage refreshes
         self.fills: BackgroundCalls | None = None       # NVMe copies of blocks found remotely
-        self._remote_usage: RemoteUsage | None = None
-        if remote is not None:
+        self._usage: tuple[RemoteUsage, ...] = ()
+        self._pinned_remotely: set[int] = set()  # staged blocks whose pinned copies are on flash
+        if self._shared:
             self.background = BackgroundCalls()
             self.fills = BackgroundCalls(workers=1, name="aifs-fill")
-            self._remote_usage = RemoteUsage(remote, self.background, remote_capacity)
+            self._usage = tuple(RemoteUsage(tier, self.background, remote_capacity if tier is remote else None)
+                                for tier in self._shared)
         self.stats = {tier.name: TierStats() for tier in self.tiers}
         self._upload_buffers = threading.local()  # one reused buffer per cold-tier thread
         self._flights: dict[Hashable, _Flight] = {}  # by block id, or (block id, start, end) for ranges
@@ -120,14 +127,18 @@ class TierManager:
         self._waits_reported = float("-inf")
 
     @property
+    def _shared(self) -> tuple[RemoteTier, ...]:
+        """The caches shared with other nodes, top to bottom: flash servers, then peers."""
+        return tuple(tier for tier in (self.remote, self.peers) if tier is not None)
+
+    @property
     def tiers(self) -> tuple[Tier | RemoteUsage, ...]:
-        """Top to bottom, as status shows them: the remote tier through figures that never wait."""
-        middle = () if self._remote_usage is None else (self._remote_usage,)
-        return (self.ram, self.nvme, *middle, self.cold)
+        """Top to bottom, as status shows them: shared caches through figures that never wait."""
+        return (self.ram, self.nvme, *self._usage, self.cold)
 
     @property
     def _below_ram(self) -> tuple[Tier, ...]:
-        return (self.nvme, self.cold) if self.remote is None else (self.nvme, self.remote, self.cold)
+        return (self.nvme, *self._shared, self.cold)
 
     async def _io(self, nbytes: int, fn: Callable[..., T], *args, ticket: Ticket | None = None) -> T:
         """Local I/O: small inline (a thread hop costs more), large on the I/O threads."""
@@ -152,8 +163,8 @@ class TierManager:
         started = time.perf_counter()
         call = (tier.get, block_id) if span is None else (tier.get_range, block_id, *span)
         try:
-            if tier is self.remote:
-                return await self._remote_get(ticket, call, span)
+            if tier is self.remote or tier is self.peers:
+                return await self._remote_get(tier, ticket, call, span)
             return await self._get_from(tier, length if span is None else span[1], ticket, call)
         finally:
             observe_tier_read(tier.name, time.perf_counter() - started)
@@ -167,17 +178,17 @@ class TierManager:
             log.error("reading block %016x from tier %s failed: %s", call[1], tier.name, e)
             return None
 
-    async def _remote_get(self, ticket: Ticket, call: tuple, span: Span) -> bytes | None:
-        """Whatever goes wrong in a cache is a miss: the read goes on to the cold tier.
+    async def _remote_get(self, tier: RemoteTier, ticket: Ticket, call: tuple, span: Span) -> bytes | None:
+        """Whatever goes wrong in a shared cache is a miss: the read goes on to the cold tier.
         A ranged read stays on the loop where the tier can serve it so (TCP)."""
-        assert self.remote is not None
         try:
-            if span is not None and self.remote.ranges_on_loop:
+            if span is not None and tier.ranges_on_loop:
                 async with self._remote_limiter.slot(ticket):
-                    return await self.remote.get_range_on_loop(call[1], *span)
+                    return await tier.get_range_on_loop(call[1], *span)
             return await self._remote_io(ticket, *call)
         except Exception as e:  # noqa: BLE001 - a broken cache must never fail a read
-            log.warning("reading block %016x from the remote tier failed, reading further down: %r", call[1], e)
+            log.warning("reading block %016x from the %s tier failed, reading further down: %r",
+                        call[1], tier.name, e)
             return None
 
     # -- reads -------------------------------------------------------------
@@ -254,7 +265,7 @@ class TierManager:
                 self._corrupt(block_id, tier)
                 continue
             self._count(tier, data)
-            if tier is self.remote and self.fills is not None:
+            if tier in self._shared and self.fills is not None:
                 self.fills.submit(self.nvme.put, block_id, data, nbytes=len(data))
             elif tier is self.cold:
                 await self._io(length, self.nvme.put, block_id, data, ticket=ticket)
@@ -289,9 +300,10 @@ class TierManager:
     # -- offers to the remote tier (background, bounded, never waited for) ---------------
 
     def _offer(self, block_id: int, data: bytes) -> None:
-        """A block read from the cold tier: the next node that wants it finds it on flash."""
-        if self.remote is not None and self.background is not None:
-            self.background.submit(self.remote.put, block_id, data, False, nbytes=len(data))
+        """A block read from the cold tier: the next node that wants it finds it on flash or a peer."""
+        if self.background is not None:
+            for tier in self._shared:
+                self.background.submit(tier.put, block_id, data, False, nbytes=len(data))
 
     def _offer_staged(self, block_id: int) -> None:
         """Offer a block from NVMe staging (read there by the worker, so the backlog holds only ids)."""
@@ -299,16 +311,65 @@ class TierManager:
             self.background.submit(self._put_staged, block_id)
 
     def _put_staged(self, block_id: int) -> None:
-        """Runs on a worker thread. A block still dirty goes out pinned (only_copy), and is
-        unpinned at once if its upload became durable meanwhile (the unpin may have run first)."""
+        """Runs on a worker thread. A block still dirty goes out pinned (only_copy, or a close
+        under durability "cluster"), and is unpinned at once if its upload became durable
+        meanwhile (the unpin may have run first). It counts as pinned before the put, so an
+        upload that becomes durable during the put unpins it too."""
         assert self.remote is not None
         data = self.nvme.get(block_id)
         if data is None:  # evicted or retired since: nothing to offer
             return
         pin = self.nvme.is_dirty(block_id)
+        if pin:
+            self._pinned_remotely.add(block_id)
         self.remote.put(block_id, data, pin)
         if pin and not self.nvme.is_dirty(block_id):
             self.remote.unpin(block_id)
+            self._pinned_remotely.discard(block_id)
+
+    async def replicate(self, block_ids: list[int]) -> None:
+        """Put staged blocks, pinned, on every flash server the ring places them on (durability
+        "cluster"): from then on any node reads them, and the loss of this node loses none.
+        Raises FsError(EIO) when some block did not reach all of its servers; it stays staged
+        here and is uploaded as usual."""
+        assert self.remote is not None
+        failures: list[str] = []
+        wanted = [b for b in block_ids if b not in self._pinned_remotely and self.nvme.is_dirty(b)]
+        async with trio.open_nursery() as nursery:
+            for block_id in wanted:
+                nursery.start_soon(self._replicate_one, block_id, failures)
+        if failures:
+            raise FsError(errno.EIO, f"{len(failures)} of {len(wanted)} block(s) did not reach the flash servers, "
+                                     f"so losing this node would lose them: {failures[0]}")
+
+    async def _replicate_one(self, block_id: int, failures: list[str]) -> None:
+        try:
+            await self._remote_io(Ticket(Priority.DEMAND), self._put_staged, block_id)
+        except Exception as e:  # noqa: BLE001 - whatever failed, the block is not replicated
+            self._pinned_remotely.discard(block_id)
+            failures.append(str(e))
+
+    async def adopt(self, block_id: int, expected: int) -> bool:
+        """Upload a block that another node staged and can no longer upload (it died), from its
+        pinned copy on the flash servers; False when none of them holds it intact."""
+        assert self.remote is not None
+        ticket = Ticket(Priority.UPLOAD)
+        data = await self._remote_io(ticket, self.remote.get, block_id)
+        if data is None or checksum(data) != expected:
+            return False
+        await self._cold_io(ticket, self.cold.put, block_id, data)
+        return True
+
+    async def adopted_durable(self, block_ids: list[int]) -> None:
+        """Make adopted uploads durable; the flash servers may then evict their copies."""
+        await self._cold_io(Ticket(Priority.UPLOAD), self.cold.flush)
+        for block_id in block_ids:
+            self._unpin_remote(block_id)
+
+    def _unpin_remote(self, block_id: int) -> None:
+        assert self.remote is not None and self.background is not None
+        self.background.submit(self.remote.unpin, block_id)
+        self._pinned_remotely.discard(block_id)
 
     # -- writes ------------------------------------------------------------
 
@@ -384,8 +445,8 @@ class TierManager:
         if self.remote is None or self.background is None:
             return
         for block_id in block_ids:
-            if self.only_copy:  # offered (pinned) when staged; the servers may evict it now
-                self.background.submit(self.remote.unpin, block_id)
+            if self.only_copy or block_id in self._pinned_remotely:  # the servers may evict it now
+                self._unpin_remote(block_id)
             else:
                 self._offer_staged(block_id)
 
@@ -399,6 +460,7 @@ class TierManager:
         for block_id in block_ids:
             self.ram.delete(block_id)
             self.nvme.delete(block_id)
+            self._pinned_remotely.discard(block_id)
         self.nvme.unpin(block_ids)  # retired: unlike a rotten copy dropped for a refetch, never back
         ticket = Ticket(Priority.UPLOAD)  # garbage is background work, like uploads
         if self.remote is not None:
@@ -414,17 +476,17 @@ class TierManager:
                 log.warning("deleting block %016x from the remote tier failed: %r", block_id, e)
 
     async def open_on_loop(self) -> None:
-        """Connect ahead what the remote tier's reads on this loop use (best effort)."""
-        if self.remote is not None:
-            await self.remote.open_on_loop()
+        """Connect ahead what the shared caches' reads on this loop use (best effort)."""
+        for tier in self._shared:
+            await tier.open_on_loop()
 
     async def close(self) -> None:
-        """Give queued offers a few seconds to reach the servers, then close the remote and
-        cold tiers."""
+        """Give queued offers a few seconds to reach the servers, then close the shared caches
+        and the cold tier."""
         for calls in (self.fills, self.background):
             if calls is not None:
                 await trio.to_thread.run_sync(calls.close)
-        if self.remote is not None:
-            self.remote.close_on_loop()
-            await trio.to_thread.run_sync(self.remote.close)
+        for tier in self._shared:
+            tier.close_on_loop()
+            await trio.to_thread.run_sync(tier.close)
         await trio.to_thread.run_sync(self.cold.close)

@@ -24,11 +24,10 @@ from botocore.exceptions import ClientError
 
 from aifs.config.models import S3Tier as S3Settings
 from aifs.tiers.protocol import object_name
-from aifs.tiers.s3_breaker import CircuitBreaker
 from aifs.tiers.s3_client import make_client
 from aifs.tiers.s3_marker import MARKER_NAME, MarkerMode, S3SetupError, VolumeMarker
 from aifs.tiers.s3_putter import PutProcess, PutterFailed
-from aifs.tiers.s3_retry import Retrier, S3Error, error_code
+from aifs.tiers.s3_retry import S3Error, error_code, retrier_for
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -48,8 +47,8 @@ class S3Tier:
         self.bucket = settings.bucket
         self.prefix = settings.prefix
         self.capacity = capacity
-        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown)
-        self._retrier = Retrier(settings.retries, self.breaker)
+        self._retrier = retrier_for(settings)
+        self.breaker = self._retrier.breaker
         self._client = make_client(settings)
         self._putter = PutProcess(settings, self.breaker, volume.block_size) if settings.upload_process else None
         self._lock = threading.Lock()

@@ -37,9 +37,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from aifs.config.models import S3Tier as S3Settings
-from aifs.tiers.s3_breaker import CircuitBreaker, CircuitOpen
+from aifs.tiers.breaker import CircuitBreaker, CircuitOpen
 from aifs.tiers.s3_client import make_client
-from aifs.tiers.s3_retry import Retrier, S3Error, S3Unavailable
+from aifs.tiers.s3_retry import S3Error, S3Unavailable, retrier_for
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +249,8 @@ def serve(conn: Connection, arena: mmap.mmap) -> None:
     settings, slot_size = conn.recv()
     client = make_client(settings)
     conn.send(READY)
-    breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown)
-    retrier = Retrier(settings.retries, breaker)
+    retrier = retrier_for(settings, announce=False)  # the mount's breaker follows this one and says so
+    breaker = retrier.breaker
     answer_lock = threading.Lock()
     slots = memoryview(arena)
     bodies = [bytearray() for _ in range(settings.max_connections)]  # reused: no fresh pages per PUT

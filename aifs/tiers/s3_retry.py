@@ -15,7 +15,8 @@ from typing import TypeVar
 from botocore import exceptions as boto
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aifs.tiers.s3_breaker import CircuitBreaker, CircuitOpen
+from aifs.config.models import S3Tier as S3Settings
+from aifs.tiers.breaker import CircuitBreaker, CircuitOpen
 
 T = TypeVar("T")
 
@@ -111,3 +112,11 @@ class Retrier:
             transient = is_transient(exc)
             tries = f" (gave up after {self.retries + 1} attempts)" if transient else ""
             raise S3Error(f"{where} failed{tries}: {exc}", code, transient) from exc
+
+
+def retrier_for(settings: S3Settings, announce: bool = True) -> Retrier:
+    """The retries and circuit breaker `settings` ask for; `announce` as for CircuitBreaker."""
+    endpoint = settings.endpoint or f"AWS {settings.region}"
+    breaker = CircuitBreaker(f"S3 endpoint {endpoint} (bucket {settings.bucket})", settings.breaker_failures,
+                             settings.breaker_cooldown, announce=announce)
+    return Retrier(settings.retries, breaker)

@@ -18,23 +18,27 @@ from aifs.vfs.volume import Volume
 HOTTEST = 10
 
 
+def _down_for(health: dict[str, Any]) -> dict[str, Any]:
+    """A circuit breaker's health (CircuitBreaker.health) with how long its service has been
+    down (None while up) in place of since when, a clock reading no other process can use."""
+    report = {key: value for key, value in health.items() if key != "down_since"}
+    down_since = health["down_since"]
+    report["down_for_s"] = None if down_since is None else round(time.monotonic() - down_since, 1)
+    return report
+
+
 def durable_health(cold: ColdTier) -> dict[str, Any]:
     """Whether the durable tier answers: an S3 tier by its circuit breaker (up only while it is
     closed); a local object store is always up."""
     breaker = getattr(cold, "breaker", None)
-    if breaker is None:
-        return {"up": True}
-    state = breaker.state
-    return {"up": state == "closed", "breaker": state, "last_error": breaker.last_error or None}
+    return {"up": True} if breaker is None else _down_for(breaker.health())
 
 
 def remote_health(remote: Any) -> dict[str, Any]:
-    """The flash servers as their circuit breakers see them; the tier is up while one is."""
-    now = time.monotonic()
-    servers = [{"server": s["server"], "up": s["up"], "failures": s["failures"],
-                "down_for_s": None if s["down_since"] is None else round(now - s["down_since"], 1)}
-               for s in remote.status()]
-    return {"up": any(s["up"] for s in servers), "servers": servers}
+    """The flash servers (or peers) as their circuit breakers see them; the tier is up while one
+    is, or while it has none (a node with no peers yet)."""
+    servers = [_down_for(server) for server in remote.status()]
+    return {"up": any(s["up"] for s in servers) or not servers, "servers": servers}
 
 
 def metadata_health(volume: Volume) -> dict[str, Any]:
@@ -73,8 +77,10 @@ def tier_reports(volume: Volume) -> dict[str, dict[str, Any]]:
         if tier is tiers.cold:
             report["used"], report["used_from"] = durable_used(volume)
             report.update(durable_health(tier))
-        elif tiers.remote is not None and tier.name == tiers.remote.name:
-            report.update(remote_health(tiers.remote))
+        else:
+            shared = next((t for t in (tiers.remote, tiers.peers) if t is not None and t.name == tier.name), None)
+            if shared is not None:
+                report.update(remote_health(shared))
         reports[tier.name] = report
     return reports
 
@@ -113,6 +119,9 @@ def status_report(volume: Volume, started: float) -> dict[str, Any]:
         "uploaded_blocks": uploader.uploaded_blocks,
         "uploaded_bytes": uploader.uploaded_bytes,
         "upload_rate": uploader.uploaded_bytes / mounted_s,
+        "offers_pending": tiers.background.pending if tiers.background is not None else 0,
+        "adopted_blocks": volume.adopter.adopted_blocks if volume.adopter is not None else 0,
+        "stranded_blocks": len(volume.adopter.stranded) if volume.adopter is not None else 0,
         "open_files": len(volume.files.all()),
         "pinned": volume.pinner.status(),
         "readahead": volume.prefetch.status(),

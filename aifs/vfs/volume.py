@@ -6,6 +6,7 @@ import time
 
 import trio
 
+from aifs.cluster.peers import PeerServer
 from aifs.config import Config, Rule
 from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine
@@ -13,6 +14,7 @@ from aifs.meta.attrs import BlockRef
 from aifs.meta.engines import open_kv
 from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.s3_marker import MarkerMode
+from aifs.vfs.adoption import Adopter
 from aifs.vfs.cluster import ClusterNode
 from aifs.vfs.filedata import FileData
 from aifs.vfs.groupcommit import GroupCommit
@@ -43,6 +45,7 @@ class Volume:
             prepare_state_dir(self.state_dir)
             lock = VolumeLock.acquire(self.state_dir, "volume")
         self._lock = lock
+        self.peer_server = PeerServer(config.cluster) if config.cluster.serve is not None else None
         kv = open_kv(config)
         node = node_id(self.state_dir) if kv.shared else ""
         self.meta = MetaEngine(kv, config.volume.block_size, int(config.writeback.garbage_grace * 10**9),
@@ -52,8 +55,8 @@ class Volume:
         self.tiers = open_tier_manager(config, self.meta.volume,
                                        MarkerMode.EXPECT if expect_marker else MarkerMode.CLAIM)
         self.files = OpenFiles()
-        self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta,
-                                   lambda: [of.ino for of in self.files.all()]) if kv.shared else None
+        self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta, lambda: [of.ino for of in self.files.all()],
+                                   self.tiers.peers) if kv.shared else None
         self.locks = FileLocks(kv, self.cluster.session if self.cluster is not None else None,
                                self._store_writes, config.fuse.max_tasks // 2)
         self.names = NameCache()
@@ -66,6 +69,8 @@ class Volume:
         self._nursery: trio.Nursery | None = None
         self.gc = GarbageCollector(self.meta, self.tiers, self.files,
                                    self.cluster.runs_duties if self.cluster is not None else None)
+        self.adopter = Adopter(self.meta, self.tiers, self.cluster, config.meta.heartbeat,
+                               config.writeback.upload_concurrency) if self.cluster is not None else None
         self._sync_meta = GroupCommit(self.meta.sync)
         self.left_pending: tuple[int, int] | None = None  # (blocks, bytes) not yet durable at close
         self._recover()
@@ -91,7 +96,7 @@ class Volume:
         """New blocks of a file: queued for upload (at once, beside the writers, when the
         path's rule waits for the durable tier anyway) and pinned if the file is."""
         self.uploader.enqueue(refs)
-        if self._wants_remote(ino):
+        if self.durability_of(ino) == "remote":
             self.uploader.hurry([ref.block_id for ref in refs])
         self.pinner.blocks_added(ino, refs)
 
@@ -99,8 +104,12 @@ class Volume:
         self._nursery = nursery
         nursery.start_soon(self.uploader.run)
         nursery.start_soon(self.gc.run)
-        if self.cluster is not None:
+        if self.peer_server is not None and self.cluster is not None:
+            nursery.start_soon(self.peer_server.run, self.tiers)
+            self.cluster.session.advertise(self.peer_server.address)
+        if self.cluster is not None and self.adopter is not None:
             nursery.start_soon(self.cluster.run)
+            nursery.start_soon(self.adopter.run)
         self.spawn(self.pinner.restore)
         self.spawn(self.tiers.open_on_loop)
 
@@ -264,12 +273,11 @@ class Volume:
 
     async def flush(self, of: OpenFile) -> None:
         """close(): blocks staged and metadata committed, not yet synced (docs/architecture.md);
-        under a `durability = "remote"` rule, also uploaded."""
+        then what the file's durability asks for (`_make_durable`)."""
         if of.dirty or of.lock.locked():  # most closes, and every read-only one, have nothing to seal
             async with of.lock:
                 await self.data.seal(of)
-        if self._wants_remote(of.ino):
-            await self.upload_now([of.ino])
+        await self._make_durable(of.ino)
 
     async def _store_writes(self, ino: int) -> None:
         """What this node wrote to `ino` is stored as at close(), before a lock on it changes."""
@@ -284,17 +292,29 @@ class Volume:
             staged, of.unsynced = of.unsynced, []
         await self.tiers.sync(staged)
         await self._sync_meta()
-        if self._wants_remote(of.ino):
-            await self.upload_now([of.ino])
+        await self._make_durable(of.ino)
 
-    def _wants_remote(self, ino: int) -> bool:
-        rule = self.rule_of(ino)
-        return rule is not None and rule.durability == "remote"
+    def durability_of(self, ino: int) -> str:
+        """"local", "cluster" or "remote" (see Config.durability)."""
+        return self.config.durability(self.rule_of(ino))
+
+    async def _make_durable(self, ino: int) -> None:
+        """Under "remote", the file's blocks uploaded; under "cluster", pinned on the flash
+        servers; under "local", nothing more than staged on this node."""
+        durability = self.durability_of(ino)
+        if durability == "remote":
+            await self.upload_now([ino])
+        elif durability == "cluster":
+            await self.tiers.replicate(self.uploader.pending_of(self._blocks_of([ino])))
 
     def pending_blocks(self, inodes: list[int]) -> list[int]:
-        """Blocks of these files that are not yet in the durable tier."""
-        blocks = [ref.block_id for ino in inodes for ref in self.meta.all_block_refs(ino).values()]
-        return self.uploader.pending_of(blocks)
+        """Blocks of these files that are not yet in the durable tier: in this node's queue, or,
+        on a shared volume, in another node's."""
+        blocks = self._blocks_of(inodes)
+        return self.meta.pending_among(blocks) if self.cluster is not None else self.uploader.pending_of(blocks)
+
+    def _blocks_of(self, inodes: list[int]) -> list[int]:
+        return [ref.block_id for ino in inodes for ref in self.meta.all_block_refs(ino).values()]
 
     def file_state(self, ino: int) -> dict:
         """Is the file fully in the durable tier? ("uploaded", "pending" or "unsealed")."""

@@ -43,8 +43,10 @@ def test_a_dead_flash_server_shows_in_status(tmp_path, flash_servers):
         assert remote["up"] is True, remote  # one server still answers
         dead = next(s for s in remote["servers"] if s["server"] == addresses[0])
         assert dead["down_for_s"] is not None and dead["down_for_s"] >= 0, dead
+        assert dead["breaker"] in ("open", "half-open") and dead["last_error"], dead
         cp = aifs_cli("status", str(volume.path))
         assert cp.returncode == 0, cp.stderr
         assert f"1 of 2 flash servers up; {addresses[0]} down for" in cp.stdout, cp.stdout
+        assert "(circuit breaker " in cp.stdout and "; last error: " in cp.stdout, cp.stdout
     finally:
         volume.close()

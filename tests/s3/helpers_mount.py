@@ -52,6 +52,7 @@ class S3Setup:
     writeback: dict[str, Any] = field(default_factory=dict)
     rules: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # the [meta] table: a shared engine's url
+    cluster: dict[str, Any] = field(default_factory=dict)  # the [cluster] table: serving peers
 
     def render(self, state_dir: Path) -> str:
         tables = [
@@ -65,6 +66,7 @@ class S3Setup:
                            "secret_key": SECRET_KEY, **self.s3}),
             ("[writeback]", self.writeback),
             ("[meta]", self.meta),
+            ("[cluster]", self.cluster),
             *(("[[rules]]", rule) for rule in self.rules),
         ]
         return "\n".join(_table(header, keys) for header, keys in tables)

@@ -1,19 +1,12 @@
-"""The circuit breaker and the retry loop, driven by a fake clock and scripted failures
-(no S3 involved: these are the pure decision rules)."""
+"""The S3 retry loop through its circuit breaker, driven by a fake clock and scripted failures
+(no S3 involved: these are the pure decision rules; the breaker's own are in tests/test_breaker.py)."""
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from test_breaker import FakeClock
 
-from aifs.tiers.s3_breaker import CircuitBreaker, CircuitOpen
+from aifs.tiers.breaker import CircuitBreaker, CircuitOpen
 from aifs.tiers.s3_retry import BASE_DELAY_S, MAX_DELAY_S, Retrier, backoff, is_transient
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def client_error(code: str, status: int) -> ClientError:
@@ -27,74 +20,6 @@ REFUSED = EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-def fail(breaker: CircuitBreaker, times: int) -> None:
-    for _ in range(times):
-        breaker.admit()
-        breaker.failed("connection refused")
-
-
-def test_opens_after_threshold_consecutive_failures(clock):
-    breaker = CircuitBreaker(3, cooldown=10, clock=clock)
-    fail(breaker, 2)
-    assert breaker.state == "closed"
-    fail(breaker, 1)
-    assert breaker.state == "open"
-    expected = r"after 3 failed requests .*next probe in 10\.0 s.*connection refused"
-    with pytest.raises(CircuitOpen, match=expected):
-        breaker.admit()
-
-
-def test_failures_of_requests_in_flight_together_count_once(clock):
-    breaker = CircuitBreaker(3, cooldown=10, clock=clock)
-    started = [breaker.admit() for _ in range(8)]  # eight concurrent requests...
-    clock.now += 0.5
-    for at in started:
-        breaker.failed("connection reset", at)  # ...all hit by one blip
-    assert breaker.state == "closed", "one blip is one failure, not eight"
-    for _ in range(2):  # two more requests, each begun after the failure before it
-        clock.now += 0.1
-        breaker.failed("connection reset", breaker.admit())
-    assert breaker.state == "open"
-
-
-def test_a_success_resets_the_count(clock):
-    breaker = CircuitBreaker(3, cooldown=10, clock=clock)
-    fail(breaker, 2)
-    breaker.admit()
-    breaker.succeeded()
-    fail(breaker, 2)
-    assert breaker.state == "closed"
-
-
-def test_one_probe_after_cooldown_and_success_closes(clock):
-    breaker = CircuitBreaker(2, cooldown=10, clock=clock)
-    fail(breaker, 2)
-    clock.now += 9.9
-    with pytest.raises(CircuitOpen):
-        breaker.admit()
-    clock.now += 0.1
-    breaker.admit()  # the probe
-    assert breaker.state == "half-open"
-    with pytest.raises(CircuitOpen, match="probe request is in flight"):
-        breaker.admit()  # only one probe at a time
-    breaker.succeeded()
-    assert breaker.state == "closed"
-    breaker.admit()
-
-
-def test_failed_probe_reopens_for_a_full_cooldown(clock):
-    breaker = CircuitBreaker(2, cooldown=10, clock=clock)
-    fail(breaker, 2)
-    clock.now += 10
-    breaker.admit()
-    breaker.failed("still refused")
-    assert breaker.state == "open"
-    clock.now += 9
-    with pytest.raises(CircuitOpen, match="still refused") as info:
-        breaker.admit()
-    assert info.value.retry_in == pytest.approx(1.0)
 
 
 def test_transient_and_final_errors():
@@ -137,7 +62,7 @@ def retrier(clock: FakeClock, retries: int, threshold: int = 100) -> tuple[Retri
         slept.append(seconds)
         clock.now += seconds
 
-    return Retrier(retries, CircuitBreaker(threshold, cooldown=10, clock=clock), sleep), slept
+    return Retrier(retries, CircuitBreaker("S3 endpoint", threshold, cooldown=10, clock=clock), sleep), slept
 
 
 def test_transient_errors_are_retried_with_backoff(clock):

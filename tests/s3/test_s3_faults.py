@@ -2,6 +2,7 @@
 circuit breaker opens and fails calls fast, and the tier recovers once S3 is back."""
 
 import errno
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -35,7 +36,8 @@ def wait_for_probe() -> None:
 
 
 @pytest.mark.parametrize("upload_process", [False, True])  # PUTs from the mount, or from its child
-def test_killed_server_fails_in_bounded_time_then_recovers(open_tier, private_moto, upload_process):
+def test_killed_server_fails_in_bounded_time_then_recovers(open_tier, private_moto, upload_process, caplog):
+    caplog.set_level(logging.WARNING, logger="aifs.tiers.breaker")
     tier = open_tier(retries=3, breaker_failures=3, upload_process=upload_process)
     tier.put(1, b"before")
     private_moto.stop()
@@ -60,6 +62,10 @@ def test_killed_server_fails_in_bounded_time_then_recovers(open_tier, private_mo
     assert tier.breaker.state == "closed"
     assert tier.get(2) == b"after"
     assert tier.get(1) is None  # moto lost it with the process; S3 itself would not
+    said = [r.getMessage() for r in caplog.records if r.name == "aifs.tiers.breaker"]
+    endpoint = f"S3 endpoint {private_moto.endpoint} (bucket {tier.bucket})"
+    assert len(said) == 2 and said[0].startswith(f"{endpoint} marked down after 3 consecutive failures (last: "), said
+    assert said[1].startswith(f"{endpoint} is back after "), said
 
 
 def test_failed_probe_keeps_the_breaker_open(open_tier, private_moto):

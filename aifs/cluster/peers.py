@@ -1,0 +1,54 @@
+"""This mount's block server for its peers, and who its peers are.
+
+The server speaks the flash servers' block protocol with the volume's secret, over TCP,
+from the mount's own event loop. Its socket is bound before the volume is mounted, so an
+address in use is one clear line at start rather than a mount that serves nobody. Peers
+find it through the session record, which carries the advertised address.
+"""
+
+import socket
+from collections.abc import Iterable
+
+import trio
+
+from aifs.cluster.peer_store import PeerStore
+from aifs.config.models import ClusterConfig
+from aifs.flash.server import BlockServer
+from aifs.meta.sessions import SessionInfo
+from aifs.rdma.auth import Secret
+from aifs.rdma.transport import Address
+from aifs.tiers.manager import TierManager
+
+BACKLOG = 128
+
+
+class PeerServeUnavailable(Exception):
+    """The address in `cluster.serve` cannot be listened on; the message says why."""
+
+
+class PeerServer:
+    def __init__(self, cluster: ClusterConfig) -> None:
+        assert cluster.serve is not None and cluster.secret_file is not None
+        self._secret = Secret.from_file(cluster.secret_file)
+        self._socket = _listen(Address.parse(cluster.serve))
+        port = self._socket.getsockname()[1]
+        self.address = str(Address(cluster.advertised_host.strip("[]"), port))
+
+    async def run(self, tiers: TierManager) -> None:
+        """Serve the tiers' blocks until cancelled."""
+        server = BlockServer(PeerStore(tiers), self._secret)
+        await server.serve_on(trio.socket.from_stdlib_socket(self._socket))
+
+
+def _listen(address: Address) -> socket.socket:
+    try:
+        family = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((address.host, address.port), family=family, backlog=BACKLOG)
+    except OSError as e:
+        raise PeerServeUnavailable(f"cannot serve peers on {address} (cluster.serve): {e.strerror or e}; "
+                                   "free the port or choose another") from None
+
+
+def peer_addresses(members: Iterable[SessionInfo]) -> list[str]:
+    """The block servers of the live sessions, this mount's own included."""
+    return sorted({info.peer for info in members if info.peer})
