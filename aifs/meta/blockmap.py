@@ -124,7 +124,15 @@ class BlockMapOps:
         txn = Txn(self.kv)
         for block_id in block_ids:
             txn.batch.delete(keys.upload(block_id))
+            txn.batch.delete(keys.rush(block_id))
         txn.commit()
+
+    def rush_upload(self, block_id: int) -> None:
+        """Ask the node that staged `block_id` to upload it before its other queued blocks:
+        it hears the key in the engine's pushes (`rushed`)."""
+        batch = Batch()
+        batch.put(keys.rush(block_id), self.node)
+        self.kv.commit(batch)
 
     def garbage_due(self, limit: int = 1024, now_ns: int | None = None) -> list[int]:
         now_ns = time.time_ns() if now_ns is None else now_ns

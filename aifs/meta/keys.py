@@ -22,6 +22,7 @@ SESSION = b"S"
 HOLDER = b"H"
 LEASE = b"K"
 LOCKS = b"F"
+RUSH = b"R"
 
 _U64 = struct.Struct(">Q")
 OWNED_TAGS = frozenset((DENTRY, INODE, BLOCK, XATTR, SYMLINK))
@@ -84,6 +85,16 @@ VOLUME = counter(b"volume")  # the volume record (uuid, block size, format): a p
 
 def upload(block_id: int) -> bytes:
     return UPLOAD + u64(block_id)
+
+
+def rush(block_id: int) -> bytes:
+    """A reader on another node waits for this staged block: its node uploads it first."""
+    return RUSH + u64(block_id)
+
+
+def rushed(changed: list[bytes]) -> list[int]:
+    """The blocks whose `rush` keys are among `changed` (an engine's push)."""
+    return [read_u64(key, 1) for key in changed if key[:1] == RUSH]
 
 
 def garbage(block_id: int) -> bytes:

@@ -2,9 +2,10 @@
 
 On a shared volume a file closed on node A is in the metadata at once, while its blocks
 sit in A's NVMe until A's uploader sends them to the durable tier. A reader on node B that
-finds a block in no tier it can reach waits (bounded) for that upload, then reads it; when
-the wait runs out it fails with EIO and says which node holds the block, never serving
-wrong or missing bytes.
+finds a block in no tier it can reach asks A to upload it first (a `rush` key A hears in
+the engine's pushes) and waits (bounded) for that upload, then reads it; when the wait runs
+out it fails with EIO and says which node holds the block, never serving wrong or missing
+bytes.
 """
 
 import errno
@@ -16,6 +17,7 @@ import trio
 
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
+from aifs.meta.writestate import MetaWriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ class StagedElsewhere:
         return await fetch()
 
     async def _until_uploaded(self, block_id: int, owner: str) -> None:
+        try:
+            self._meta.rush_upload(block_id)
+        except (MetaWriteFailed, OSError) as e:  # the wait is the same, only longer
+            log.warning("could not ask node %s to upload block %016x first: %s", owner, block_id, e)
         pause = POLL_S
         with trio.move_on_after(self._wait_s):
             while self._meta.staged_on(block_id) is not None:

@@ -3,13 +3,14 @@
 import errno
 import logging
 import time
+from functools import partial
 
 import trio
 
 from aifs.cluster.peers import PeerServer
 from aifs.config import Config, Rule
 from aifs.errors import FsError
-from aifs.meta import Inode, MetaEngine
+from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.attrs import BlockRef
 from aifs.meta.engines import open_kv
 from aifs.tiers.factory import open_tier_manager
@@ -110,8 +111,18 @@ class Volume:
         if self.cluster is not None and self.adopter is not None:
             nursery.start_soon(self.cluster.run)
             nursery.start_soon(self.adopter.run)
+            self.meta.kv.subscribe(partial(self._rushed, trio.lowlevel.current_trio_token()), from_others=True)
         self.spawn(self.pinner.restore)
         self.spawn(self.tiers.open_on_loop)
+
+    def _rushed(self, loop: trio.lowlevel.TrioToken, changed: list[bytes] | None) -> None:
+        """On the engine's thread: readers on other nodes wait for blocks staged here."""
+        blocks = keys.rushed(changed or [])
+        if blocks:
+            try:
+                trio.from_thread.run_sync(self.uploader.hurry, blocks, trio_token=loop)
+            except trio.RunFinishedError:  # unmounting: what is queued stays queued
+                pass
 
     def spawn(self, fn, *args) -> bool:
         """Run a background job in the volume's nursery; its failure is logged, never fatal.

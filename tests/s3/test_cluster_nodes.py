@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from conftest import aifs_cli
 
 from .faultproxy import FaultProxy, Faults
 from .helpers_cluster import make_cluster, mount_all, redis_server  # noqa: F401 - fixtures
-from .helpers_mount import aifs_ok, make_s3_volume, sha256_file, sync_wait, wait_for, write_random  # noqa: F401
+from .helpers_mount import (  # noqa: F401 - make_s3_volume is a fixture
+    aifs_ok, file_state, make_s3_volume, sha256_file, sync_wait, wait_for, write_random,
+)
 
 MiB = 1 << 20
 SEEN_WITHIN_S = 10.0  # a bound for the test, far above the push delay (docs/benchmarks.md)
@@ -129,3 +133,33 @@ def test_a_block_still_staged_on_its_writer_is_waited_for_then_refused_naming_th
     sync_wait(writer.path)
     reader.mount()
     assert sha256_file(reader.path / "staged") == digest
+
+
+# Writes half a MiB every tenth of a second for the seconds given: a writer that keeps its
+# node's uploads waiting (writers go first) without filling its staging area.
+STEADY_WRITER = """
+import os, sys, time
+end = time.monotonic() + float(sys.argv[2])
+with open(sys.argv[1], "wb") as f:
+    while time.monotonic() < end:
+        f.write(os.urandom(1 << 19))
+        f.flush()
+        time.sleep(0.1)
+"""
+
+
+def test_a_reader_waiting_for_a_staged_block_has_its_writer_upload_it_first(make_cluster) -> None:
+    """A's uploads wait while its writers are busy; a read on B of a block staged on A asks A
+    to upload that block first, and gets it well within the wait, not EIO at its end."""
+    nodes = make_cluster(2, meta={"remote_block_wait": 20.0})
+    a, b = mount_all(nodes)
+    busy = subprocess.Popen([sys.executable, "-c", STEADY_WRITER, str(a / "busy"), "40"])
+    try:
+        wait_for(lambda: (a / "busy").exists() and (a / "busy").stat().st_size > 2 * MiB, "the busy writer")
+        digest = write_random(a / "wanted", 2 * MiB)
+        assert file_state(a / "wanted")["state"] == "pending"  # held back by the busy writer
+        assert sha256_file(b / "wanted") == digest
+        assert busy.poll() is None, "the busy writer stopped before the read: the test proves nothing"
+    finally:
+        busy.kill()
+        busy.wait()
