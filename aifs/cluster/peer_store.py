@@ -13,7 +13,7 @@ RAM is touched only from the calls the server makes on the mount's event loop (`
 A block held only in RAM and too large to be answered on the loop is therefore a miss.
 """
 
-from aifs.flash.store import ChecksumMismatch, Record, StoreFull
+from aifs.flash.store import ChecksumMismatch, Record, Refused
 from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import TierManager
 
@@ -34,16 +34,22 @@ class PeerStore:
         return None if data is None else _answer(memoryview(data), offset, length)
 
     def read(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[memoryview, int, int | None]:
-        """From NVMe, on an I/O thread; KeyError when this node does not hold the block."""
-        data = self._nvme.get(block_id)
+        """From NVMe, on an I/O thread; KeyError when this node does not hold the block. A
+        range is read alone: a small random read of a big block costs its own bytes only."""
+        size = self._nvme.bytes_of([block_id])
+        whole = offset <= 0 and not 0 <= length < size
+        if whole:
+            data = self._nvme.get(block_id)
+        else:
+            data = self._nvme.get_range(block_id, offset, None if length < 0 else length)
         if data is None:
             raise KeyError(block_id)
-        return _answer(memoryview(data), offset, length)
+        return memoryview(data), size, checksum(data) if whole else None
 
     def put(self, block_id: int, record: Record, expected: int, pin: bool) -> None:
         """A block a peer read from the durable tier and this node is the place for."""
         if pin:
-            raise StoreFull("a peer's tiers are a cache: they take no pinned blocks")
+            raise Refused("a peer's tiers are a cache: they take no pinned blocks")
         if checksum(record.payload) != expected:
             raise ChecksumMismatch(f"block {block_id:016x} arrived damaged")
         self._nvme.put(block_id, bytes(record.payload))
@@ -52,10 +58,10 @@ class PeerStore:
         return self._ram.contains(block_id) or self._nvme.contains(block_id)
 
     def delete(self, block_id: int) -> None:
-        raise PermissionError("a peer's blocks leave its tiers by eviction, not at another node's request")
+        raise Refused("a peer's blocks leave its tiers by eviction, not at another node's request")
 
     def unpin(self, block_id: int) -> None:
-        raise PermissionError("a peer's tiers hold no pins of other nodes")
+        raise Refused("a peer's tiers hold no pins of other nodes")
 
     def stat(self) -> dict[str, int]:
         """Pinned counts pins of peers, which are none (this node's own pins are its own)."""

@@ -42,7 +42,7 @@ import trio
 from aifs.flash.budget import ByteBudget
 from aifs.flash.limits import ServerLimits
 from aifs.flash.requests import BadRequest, Request, parse
-from aifs.flash.store import SUM, BlockStore, ChecksumMismatch, CorruptRecord, Record, ServedStore, StoreFull
+from aifs.flash.store import SUM, BlockStore, ChecksumMismatch, CorruptRecord, Record, Refused, ServedStore, StoreFull
 from aifs.rdma.auth import NO_HANDSHAKE, AuthError, RequestMacs, Secret, ServerHandshake
 from aifs.rdma.keys import KeyExchangeError, QpInfo
 from aifs.rdma.loopsock import LoopSocket, PeerClosed
@@ -52,7 +52,7 @@ from aifs.rdma.transport import Address
 from aifs.rdma.verbs_server import ARENA_BYTES, SLOT_BYTES, VerbsEndpoint
 from aifs.rdma.wire import (
     AUTH, BAD_REQUEST, BUSY, CHECKSUM, CORRUPT, DELETE, FULL, GET, HAS, LIMIT, LOCATE, MISSING, NO_VERBS, PUT, QP,
-    STAT, TOO_LARGE, UNPIN, FrameReader, ProtocolError, frame,
+    REFUSED, STAT, TOO_LARGE, UNPIN, FrameReader, ProtocolError, frame,
 )
 
 log = logging.getLogger(__name__)
@@ -308,6 +308,8 @@ class BlockServer:
     async def _outcome(self, request: Request, record: Record | None, resources: list[Any]) -> Answer:
         try:
             return await self._handlers[request.op](request, record, resources)
+        except Refused as e:  # the store's answer, not a failure of the server
+            return _error(REFUSED, str(e))
         except Exception as e:  # one request's failure is its own error answer
             log.exception("request %s failed", request.op)
             return _error(BAD_REQUEST, f"{type(e).__name__}: {e}")

@@ -36,6 +36,10 @@ class StoreFull(Exception):
     """No room even after evicting every unpinned block."""
 
 
+class Refused(Exception):
+    """A request this store declines by design (a mount's tiers answer to that mount, not to its peers)."""
+
+
 class CorruptRecord(Exception):
     """A stored block failed its checksum; it has been dropped."""
 

@@ -34,6 +34,7 @@ TOO_LARGE = "toolarge"     # the block does not fit a registered slot
 LIMIT = "limit"            # a put larger than the server's largest block or its request memory
 AUTH = "auth"              # the peer did not authenticate; the server closes the connection
 BUSY = "busy"              # the server has as many connections as it takes; it closes this one
+REFUSED = "refused"        # a request this server does not serve (a mount's server for its peers: pins, deletes)
 BAD_REQUEST = "bad"
 
 SMALL_BUFFER = 4 << 10

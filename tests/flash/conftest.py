@@ -1,8 +1,11 @@
-"""Fixtures: block servers as real processes on 127.0.0.1, killed at teardown whatever happened."""
+"""Fixtures: block servers as real processes on 127.0.0.1, killed at teardown whatever happened; and the
+S3 endpoint and redis-server of tests/s3, on which a mount serves its peers (`peer_mount.PeerMount`)."""
 
 from __future__ import annotations
 
 import pytest
+from s3.conftest import moto_server  # noqa: F401 - fixture
+from s3.helpers_cluster import redis_server  # noqa: F401 - fixture
 
 from .servers import ServerProcess, new_secret_file, start_all
 
