@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from aifs.blockstore.compose import open_cold
 from aifs.cli.common import config_option, fail, load_or_exit, state_dir_option
 from aifs.cli.engine_access import emptying_hint, engine_name, open_engine
 from aifs.config import Config
@@ -13,7 +14,6 @@ from aifs.meta import MetaEngine, contents, usage
 from aifs.meta.dump import NoVolume, read_volume
 from aifs.meta.kv import KVStore
 from aifs.meta.load import NotEmpty, check_empty
-from aifs.tiers.factory import open_cold
 from aifs.tiers.s3_marker import MarkerMode, S3SetupError
 from aifs.tiers.s3_retry import S3Error
 from aifs.units import size

@@ -1,9 +1,12 @@
 """This mount's block server for its peers, and who its peers are.
 
-The server speaks the flash servers' block protocol with the volume's secret, over TCP,
-from the mount's own event loop. Its socket is bound before the volume is mounted, so an
-address in use is one clear line at start rather than a mount that serves nobody. Peers
-find it through the session record, which carries the advertised address.
+The server speaks the flash servers' block protocol with the volume's secret, from the
+mount's own event loop: over TCP, and where an RDMA device is found (`[cluster] transport`,
+chosen as the flash servers choose) with a verbs endpoint beside it, whose registered
+arena is smaller than a flash server's (a mount's memory is mostly its RAM tier's). Its
+socket is bound before the volume is mounted, so an address in use is one clear line at
+start rather than a mount that serves nobody. Peers find it through the session record,
+which carries the advertised address.
 """
 
 import socket
@@ -16,10 +19,13 @@ from aifs.config.models import ClusterConfig
 from aifs.flash.server import BlockServer
 from aifs.meta.sessions import SessionInfo
 from aifs.rdma.auth import Secret
+from aifs.rdma.select import choose
 from aifs.rdma.transport import Address
+from aifs.rdma.verbs_server import SLOT_BYTES, VerbsEndpoint
 from aifs.tiers.manager import TierManager
 
 BACKLOG = 128
+ARENA_BYTES = 256 << 20
 
 
 class PeerServeUnavailable(Exception):
@@ -30,14 +36,20 @@ class PeerServer:
     def __init__(self, cluster: ClusterConfig) -> None:
         assert cluster.serve is not None and cluster.secret_file is not None
         self._secret = Secret.from_file(cluster.secret_file)
+        self._device = choose(cluster.transport, cluster.rdma_device).device
         self._socket = _listen(Address.parse(cluster.serve))
         port = self._socket.getsockname()[1]
         self.address = str(Address(cluster.advertised_host.strip("[]"), port))
 
     async def run(self, tiers: TierManager) -> None:
         """Serve the tiers' blocks until cancelled."""
-        server = BlockServer(PeerStore(tiers), self._secret)
-        await server.serve_on(trio.socket.from_stdlib_socket(self._socket))
+        verbs = VerbsEndpoint(self._device, ARENA_BYTES, SLOT_BYTES) if self._device is not None else None
+        try:
+            server = BlockServer(PeerStore(tiers), self._secret, verbs)
+            await server.serve_on(trio.socket.from_stdlib_socket(self._socket))
+        finally:
+            if verbs is not None:
+                verbs.close()
 
 
 def _listen(address: Address) -> socket.socket:

@@ -501,6 +501,8 @@ class ClusterConfig(_Table):
     serve: Annotated[str, AfterValidator(_listen)] | None = None
     advertise: NonEmpty | None = None  # the host peers dial; by default the host of `serve`
     secret_file: SecretFile | None = None  # every mount of the volume holds the same one
+    transport: Literal["auto", "tcp", "verbs"] = "auto"
+    rdma_device: NonEmpty | None = None
     timeout: float = Field(0.5, gt=0, strict=True)
     read_bound: float = Field(1.0, gt=0, strict=True)
     probe_interval: float = Field(1.0, gt=0, strict=True)

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from aifs.blockstore.compose import open_cold, open_nvme
 from aifs.config import Config
-from aifs.tiers.factory import open_cold, open_nvme
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.protocol import ColdTier
 from aifs.tiers.s3_marker import MarkerMode

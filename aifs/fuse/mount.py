@@ -67,7 +67,7 @@ def serve(config: Config, mountpoint: Path, lock: VolumeLock, accept_missing_mar
             metrics.close()
         if volume is not None and volume.left_pending is not None:
             record.pending_blocks, record.pending_bytes = volume.left_pending
-            record.durable_tier = volume.tiers.cold.url()
+            record.durable_tier = volume.tiers.durable_url()
         record.write(config.volume.state_dir)
 
 

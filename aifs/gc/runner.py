@@ -8,12 +8,12 @@ upload, retirement or deletion can change the answer between the listing and a d
 
 from collections.abc import Callable
 
+from aifs.blockstore.compose import open_cold
 from aifs.config import Config
 from aifs.fsck import FsckError
 from aifs.fsck.runner import offline_volume
 from aifs.gc.report import GcReport, Stray
 from aifs.gc.sweep import stray_ids
-from aifs.tiers.factory import open_cold
 from aifs.tiers.protocol import ColdTier
 from aifs.tiers.s3_marker import MarkerMode, S3SetupError
 

@@ -57,11 +57,11 @@ class VolumeCollector:
         yield GaugeMetricFamily("aifs_upload_backlog_blocks", "Blocks not yet in the durable tier",
                                 value=len(pending))
         yield GaugeMetricFamily("aifs_upload_backlog_bytes", "Bytes not yet in the durable tier",
-                                value=self.vol.tiers.nvme.bytes_of(pending))
+                                value=self.vol.tiers.pending_bytes(pending))
         yield CounterMetricFamily("aifs_uploaded_bytes", "Bytes uploaded to the durable tier",
                                   value=uploader.uploaded_bytes)
         yield GaugeMetricFamily("aifs_dirty_bytes", "Dirty bytes staged on NVMe",
-                                value=self.vol.tiers.nvme.dirty_bytes())
+                                value=self.vol.tiers.dirty_bytes())
 
     def _placement(self):
         pinned = GaugeMetricFamily("aifs_pinned_bytes", "Bytes of pinned blocks held by a tier", labels=["tier"])

@@ -24,25 +24,31 @@ The peers tier (the other mounts of a shared volume) sits below the remote tier 
 is used the same way, except that only blocks read from the cold tier are offered to
 it: each block goes to the one peer that consistent hashing names for it, where every
 other node then finds it instead of fetching it from the cold tier again.
+
+A TierManager is the one face the layers above (vfs, fuse, metrics) have onto the block
+store: it also answers for the figures they report and places blocks by tier name, so none
+of them holds a particular tier. It is built from the config by aifs.blockstore.compose, and
+knows the shared caches only through the RemoteTier and PeerTier protocols.
 """
 
 import errno
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, TypeVar
 
 import trio
 
 from aifs.errors import FsError
 from aifs.metrics.tiers import observe_tier_read
-from aifs.flash.background import BackgroundCalls, RemoteUsage
+from aifs.tiers.background import BackgroundCalls, RemoteUsage
 from aifs.tiers.checksum import Buffer, CorruptBlock, checksum, chunk_span, chunks_match, sums_of
 from aifs.tiers.nvme import NvmeTier, StagingFull
+from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.priority import Priority, PriorityLimiter, Ticket
-from aifs.tiers.protocol import ColdTier, Tier
+from aifs.tiers.protocol import ColdTier, PeerTier, RemoteTier, Tier
 from aifs.tiers.ram import RamTier
 
 log = logging.getLogger(__name__)
@@ -51,31 +57,9 @@ INLINE_BYTES = 256 << 10
 STAGING_POLL_S = 0.05
 WAIT_REPORT_S = 10.0  # at most one "writers wait" line this often, however many writers wait
 RESERVED_FOR_DEMAND = 0.25  # of each back end's slots: background work never takes these
+LOCAL_TIERS = ("ram", "nvme")  # the tiers files are pinned and loaded into, by name
 T = TypeVar("T")
 Span = tuple[int, int] | None  # (offset, length) of a ranged read; None: the whole object
-
-
-class RemoteTier(Tier, Protocol):
-    """A cache between NVMe and the cold tier shared by many nodes; every call may wait on the network."""
-
-    def put(self, block_id: int, data: bytes, pin: bool | None = None) -> None: ...
-
-    def unpin(self, block_id: int) -> None: ...
-
-    def close(self) -> None: ...
-
-    @property
-    def ranges_on_loop(self) -> bool:
-        """Whether ranged reads may use `get_range_on_loop` rather than a thread."""
-
-    async def open_on_loop(self) -> None:
-        """Connect what `get_range_on_loop` uses, ahead of the first reads."""
-
-    async def get_range_on_loop(self, block_id: int, offset: int, length: int) -> bytes | None:
-        """`get_range` on the calling trio loop."""
-
-    def close_on_loop(self) -> None:
-        """Release what the loop's reads hold; called on the loop, before `close`."""
 
 
 @dataclass
@@ -101,7 +85,7 @@ class TierManager:
         self, ram: RamTier, nvme: NvmeTier, cold: ColdTier,
         io_threads: int = 8, cold_threads: int = 16, dirty_wait: float = 60.0,
         remote: RemoteTier | None = None, remote_threads: int = 8, remote_capacity: int | None = None,
-        only_copy: bool = False, peers: RemoteTier | None = None,
+        only_copy: bool = False, peers: PeerTier | None = None,
     ) -> None:
         """`remote_capacity` is what status reports for the remote tier (None: the servers' total)."""
         self.dirty_wait = dirty_wait
@@ -475,6 +459,113 @@ class TierManager:
             except Exception as e:  # noqa: BLE001 - see delete()
                 log.warning("deleting block %016x from the remote tier failed: %r", block_id, e)
 
+    # -- the face the layers above have: figures, placement by tier name, lifecycle --------
+
+    @property
+    def configured_tiers(self) -> tuple[Tier | RemoteUsage, ...]:
+        """The tiers the config names, top to bottom, as status lists them: a RAM tier of no
+        capacity is no tier."""
+        return tuple(tier for tier in self.tiers if tier is not self.ram or self.ram.capacity > 0)
+
+    def pending_bytes(self, block_ids: list[int]) -> int:
+        """Bytes of these blocks in staging: what blocks waiting for upload take there."""
+        return self.nvme.bytes_of(block_ids)
+
+    def dirty_bytes(self) -> int:
+        """Bytes staged and not yet durable."""
+        return self.nvme.dirty_bytes()
+
+    @property
+    def dirty_budget(self) -> int:
+        """The dirty bytes staging takes before writers wait for uploads (writeback.max_dirty, or
+        less when the disk has less room)."""
+        return self.nvme.max_dirty
+
+    @property
+    def offers_pending(self) -> int:
+        """Calls to the shared caches queued or running: offers, unpins, usage refreshes."""
+        return self.background.pending if self.background is not None else 0
+
+    @property
+    def durable_name(self) -> str:
+        return self.cold.name
+
+    @property
+    def durable_capacity(self) -> int:
+        return self.cold.capacity
+
+    def durable_url(self) -> str:
+        """Where an operator finds the durable tier."""
+        return self.cold.url()
+
+    def durable_used(self) -> int | None:
+        """Bytes in the durable tier when it can count them cheaply (a local store); None for a
+        bucket, which cannot be asked its size without listing it."""
+        return self.cold.used() if isinstance(self.cold, LocalObjectStore) else None
+
+    def durable_breaker_health(self) -> dict[str, Any] | None:
+        """The durable tier's circuit breaker (CircuitBreaker.health); None when it has none: a
+        local store is always up."""
+        breaker = getattr(self.cold, "breaker", None)
+        return None if breaker is None else breaker.health()
+
+    def server_health(self, tier_name: str) -> list[dict[str, Any]] | None:
+        """Each server of the shared cache named `tier_name` as its circuit breaker sees it;
+        None when no shared cache has that name."""
+        shared = next((tier for tier in self._shared if tier.name == tier_name), None)
+        return None if shared is None else shared.status()
+
+    @property
+    def can_adopt(self) -> bool:
+        """Whether blocks other nodes staged can be read back from the flash servers (`adopt`)."""
+        return self.remote is not None
+
+    def _local(self, tier: str) -> RamTier | NvmeTier:
+        """The RAM or NVMe tier by name; anything else is a caller's mistake."""
+        if tier not in LOCAL_TIERS:
+            raise ValueError(f"tier must be one of {', '.join(LOCAL_TIERS)}, not {tier!r}")
+        return self.ram if tier == "ram" else self.nvme
+
+    def holds(self, tier: str, block_id: int) -> bool:
+        """Whether `tier` ("ram" or "nvme") holds the block now."""
+        return self._local(tier).contains(block_id)
+
+    def capacity_of(self, tier: str) -> int:
+        return self._local(tier).capacity
+
+    def pin(self, tier: str, block_ids: list[int]) -> None:
+        """Keep these blocks in `tier` once there, until unpinned (`load_into` brings them)."""
+        self._local(tier).pin(block_ids)
+
+    def unpin(self, tier: str, block_ids: list[int]) -> None:
+        self._local(tier).unpin(block_ids)
+
+    def pinned_bytes(self, tier: str) -> int:
+        """Bytes of pinned blocks `tier` holds now."""
+        return self._local(tier).pinned_bytes()
+
+    async def load_into(self, tier: str, block_id: int, expected: int, length: int) -> bool:
+        """Read a block through the tiers (verified, not promoted: loading is not a use) so that
+        it lands in `tier`; one found in RAM but missing from NVMe is written down when NVMe is
+        the target. False when the tier did not keep it (too large for it, or no room beside
+        dirty and pinned blocks)."""
+        target = self._local(tier)
+        data = await self.read(block_id, expected, length, promote=False, priority=Priority.WARMUP)
+        if target is self.nvme and not self.nvme.contains(block_id):
+            await trio.to_thread.run_sync(self.nvme.put, block_id, data)
+        return target.contains(block_id)
+
+    def recover_staged(self, pending: Mapping[int, int]) -> list[int]:
+        """After a start, with the pending uploads (block id -> checksum): those stay staged as
+        dirty, and blocks staged for a commit that never happened are dropped; returns their ids."""
+        return self.nvme.recover(pending)
+
+    def set_peers(self, servers: Iterable[str], local: str) -> None:
+        """Follow the live mounts of a shared volume (their block servers; `local`: this one's).
+        Without a peers tier there is nothing to follow."""
+        if self.peers is not None:
+            self.peers.set_servers(servers, local=local)
+
     async def open_on_loop(self) -> None:
         """Connect ahead what the shared caches' reads on this loop use (best effort)."""
         for tier in self._shared:
@@ -490,3 +581,8 @@ class TierManager:
             tier.close_on_loop()
             await trio.to_thread.run_sync(tier.close)
         await trio.to_thread.run_sync(self.cold.close)
+
+    def close_staging(self) -> None:
+        """Close NVMe staging's files, after everything else: what is staged there stays for the
+        next mount."""
+        self.nvme.close()

@@ -1,6 +1,7 @@
 """The protocol every tier implements; a tier knows block ids and bytes, never files."""
 
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 
 class Tier(Protocol):
@@ -44,6 +45,39 @@ class ColdTier(Tier, Protocol):
 
     def close(self) -> None:
         """Release what the tier started (processes, threads); it is not used afterwards."""
+
+
+class RemoteTier(Tier, Protocol):
+    """A cache between NVMe and the cold tier shared by many nodes; every call may wait on the network."""
+
+    def put(self, block_id: int, data: bytes, pin: bool | None = None) -> None: ...
+
+    def unpin(self, block_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+    def status(self) -> list[dict[str, Any]]:
+        """One entry per server, as its circuit breaker sees it; never waits on the network."""
+
+    @property
+    def ranges_on_loop(self) -> bool:
+        """Whether ranged reads may use `get_range_on_loop` rather than a thread."""
+
+    async def open_on_loop(self) -> None:
+        """Connect what `get_range_on_loop` uses, ahead of the first reads."""
+
+    async def get_range_on_loop(self, block_id: int, offset: int, length: int) -> bytes | None:
+        """`get_range` on the calling trio loop."""
+
+    def close_on_loop(self) -> None:
+        """Release what the loop's reads hold; called on the loop, before `close`."""
+
+
+class PeerTier(RemoteTier, Protocol):
+    """The other mounts of a shared volume as one cache; its members change while it runs."""
+
+    def set_servers(self, servers: Iterable[str], local: str = "") -> None:
+        """Follow the membership: `servers` are the live mounts' block servers, `local` this one."""
 
 
 def object_name(block_id: int) -> str:

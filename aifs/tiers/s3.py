@@ -47,7 +47,7 @@ class S3Tier:
         self.bucket = settings.bucket
         self.prefix = settings.prefix
         self.capacity = capacity
-        self._retrier = retrier_for(settings)
+        self._retrier = retrier_for(settings, announce=marker is not MarkerMode.CHECK)  # one-shot checks say it once
         self.breaker = self._retrier.breaker
         self._client = make_client(settings)
         self._putter = PutProcess(settings, self.breaker, volume.block_size) if settings.upload_process else None

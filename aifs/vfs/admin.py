@@ -14,7 +14,7 @@ import trio
 from pydantic import Field
 
 from aifs.meta.attrs import BlockRef
-from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, tier_named, unique_blocks
+from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, unique_blocks
 from aifs.vfs.status import durable_health, status_report
 from aifs.vfs.volume import Volume
 
@@ -58,8 +58,8 @@ class Admin:
                 await self.vol.upload_now(files)
         pending = self.vol.pending_blocks(files)
         return {"files": len(files), "pending_blocks": len(pending),
-                "pending_bytes": self.vol.tiers.nvme.bytes_of(pending),
-                "durable": {"tier": self.vol.tiers.cold.name, **durable_health(self.vol.tiers.cold)}}
+                "pending_bytes": self.vol.tiers.pending_bytes(pending),
+                "durable": {"tier": self.vol.tiers.durable_name, **durable_health(self.vol.tiers)}}
 
     async def file_state(self, ino: Inode) -> dict:
         self.vol.meta.getattr(ino)  # a file that does not exist is in no state at all (ENOENT)
@@ -86,17 +86,17 @@ class Admin:
     async def resident(self, inodes: list[Inode], tier: TierName) -> dict:
         """How much of the files under these inodes `tier` holds now: what a warmup left there
         once later blocks had pushed out earlier ones."""
-        target = tier_named(self.vol.tiers, tier)
+        tiers = self.vol.tiers
         files = self.files_under(inodes)
         total = missing = short_files = 0
         for ino in files:
             refs = self._blocks(ino)
-            absent = missing_bytes(target, refs)
+            absent = missing_bytes(tiers, tier, refs)
             total += sum(ref.length for ref in refs)
             missing += absent
             short_files += absent > 0
         return {"files": len(files), "bytes": total, "missing_bytes": missing, "missing_files": short_files,
-                "capacity": target.capacity}
+                "capacity": tiers.capacity_of(tier)}
 
     def _blocks(self, ino: int) -> list[BlockRef]:
         return unique_blocks(self.vol.meta.all_block_refs(ino))

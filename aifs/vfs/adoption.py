@@ -50,7 +50,7 @@ class Adopter:
         orphans = {block_id: (expected, node) for block_id, (expected, node) in self._meta.pending_elsewhere().items()
                    if node not in live}
         done: list[int] = []
-        if self._tiers.remote is not None:
+        if self._tiers.can_adopt:
             async with trio.open_nursery() as nursery:
                 for block_id, (expected, _) in orphans.items():
                     nursery.start_soon(self._adopt_one, block_id, expected, done)

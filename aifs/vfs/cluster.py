@@ -11,7 +11,6 @@ import trio
 from aifs import __version__
 from aifs.cluster.peers import peer_addresses
 from aifs.config.models import MetaConfig
-from aifs.flash.tier import RemoteFlashTier
 from aifs.meta import Inode, MetaEngine
 from aifs.meta.sessions import Session, take_lease
 from aifs.meta.writestate import MetaWriteFailed
@@ -24,11 +23,11 @@ REMEMBERED_VERSIONS = 1 << 17
 
 class ClusterNode:
     def __init__(self, meta: MetaEngine, node: str, mountpoint: str, settings: MetaConfig,
-                 open_inodes: Callable[[], Iterable[int]], peers: RemoteFlashTier | None = None) -> None:
-        """`peers`: the tier of the other mounts' block servers, whose members each beat renews."""
+                 open_inodes: Callable[[], Iterable[int]], set_peers: Callable[[list[str], str], None]) -> None:
+        """`set_peers` tells the block store the live mounts' block servers (and this one's) on each beat."""
         self._meta = meta
         self._heartbeat_s = settings.heartbeat
-        self._peers = peers
+        self._set_peers = set_peers
         self.session = Session(meta.kv, node, mountpoint, __version__, settings.session_timeout, open_inodes)
         self._versions: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # ino: (size, mtime, ctime)
         log.info("joined the volume as %s", self.session.info.describe())
@@ -40,8 +39,7 @@ class ClusterNode:
             try:
                 self.session.beat()
                 self.session.sweep()
-                if self._peers is not None:
-                    self._peers.set_servers(peer_addresses(self.session.members), local=self.session.info.peer)
+                self._set_peers(peer_addresses(self.session.members), self.session.info.peer)
             except (MetaWriteFailed, OSError) as e:
                 log.warning("heartbeat of %s failed: %s", self.session.info.describe(), e)
             await trio.sleep(self._heartbeat_s)

@@ -12,8 +12,8 @@ from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
 from aifs.meta.writestate import MetaWriteFailed
-from aifs.tiers.manager import TierManager
-from aifs.vfs.loading import TIER_NAMES, Loaded, load_blocks, tier_named, unique_blocks
+from aifs.tiers.manager import LOCAL_TIERS, TierManager
+from aifs.vfs.loading import Loaded, load_blocks, unique_blocks
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Pinner:
         for ino, tier in self.pins.items():
             blocks = self._blocks(ino)
             self._sizes[ino] = sum(ref.length for ref in blocks)
-            tier_named(tiers, tier).pin([ref.block_id for ref in blocks])
+            tiers.pin(tier, [ref.block_id for ref in blocks])
 
     def _blocks(self, ino: int) -> list[BlockRef]:
         return unique_blocks(self.meta.all_block_refs(ino))
@@ -51,21 +51,20 @@ class Pinner:
         """Refuse a pin the tier cannot hold, saying how much is needed and how much is free."""
         new = [ino for ino in inodes if self.pins.get(ino) != tier]
         need = self._bytes(new)
-        target = tier_named(self.tiers, tier)
+        capacity = self.tiers.capacity_of(tier)
         already = self.pinned_bytes(tier)
-        free = max(target.capacity - already, 0)
+        free = max(capacity - already, 0)
         if need > free:
             raise FsError(
                 errno.ENOSPC,
                 f"pinning {len(new)} file(s) needs {_human(need)} in the {tier} tier, but only "
-                f"{_human(free)} is available there ({_human(target.capacity)} capacity, "
+                f"{_human(free)} is available there ({_human(capacity)} capacity, "
                 f"{_human(already)} already pinned)",
             )
 
     async def pin(self, inodes: list[int], tier: str) -> Loaded:
-        """Pin files to `tier` and load their blocks there; all or none pass the room check."""
-        if tier not in TIER_NAMES:
-            raise ValueError(f"tier must be one of {', '.join(TIER_NAMES)}, not {tier!r}")
+        """Pin files to `tier` and load their blocks there; all or none pass the room check
+        (which refuses a tier other than RAM or NVMe)."""
         self.check_room(inodes, tier)
         for ino in inodes:
             self._mark(ino, tier)
@@ -82,10 +81,10 @@ class Pinner:
         refs = self._blocks(ino)
         blocks = [ref.block_id for ref in refs]
         if old is not None:
-            tier_named(self.tiers, old).unpin(blocks)
+            self.tiers.unpin(old, blocks)
         self.pins[ino] = tier
         self._sizes[ino] = sum(ref.length for ref in refs)
-        tier_named(self.tiers, tier).pin(blocks)
+        self.tiers.pin(tier, blocks)
         log.info("inode %d pinned to the %s tier", ino, tier)
 
     def pin_by_rule(self, ino: int, tier: str) -> bool:
@@ -114,7 +113,7 @@ class Pinner:
             self._sizes.pop(ino, None)
             if tier is None:
                 continue
-            tier_named(self.tiers, tier).unpin([ref.block_id for ref in self._blocks(ino)])
+            self.tiers.unpin(tier, [ref.block_id for ref in self._blocks(ino)])
             count += 1
         return count
 
@@ -136,7 +135,7 @@ class Pinner:
         """New blocks of a pinned file (written or truncated) are pinned as they commit."""
         tier = self.pins.get(ino)
         if tier is not None:
-            tier_named(self.tiers, tier).pin([ref.block_id for ref in refs])
+            self.tiers.pin(tier, [ref.block_id for ref in refs])
             self._sizes[ino] = self._bytes([ino])
 
     def status(self) -> dict:
@@ -144,6 +143,6 @@ class Pinner:
         return {
             tier: {"files": sum(1 for t in self.pins.values() if t == tier),
                    "bytes": self.pinned_bytes(tier),
-                   "resident": tier_named(self.tiers, tier).pinned_bytes()}
-            for tier in TIER_NAMES
+                   "resident": self.tiers.pinned_bytes(tier)}
+            for tier in LOCAL_TIERS
         }

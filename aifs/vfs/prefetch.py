@@ -36,7 +36,7 @@ class Prefetcher:
         ids of those started, and how many of `refs` were seen to (started, or needing none)."""
         started = []
         for seen, ref in enumerate(refs):
-            if ref.block_id in self.in_flight or self.tiers.ram.contains(ref.block_id):
+            if ref.block_id in self.in_flight or self.tiers.holds("ram", ref.block_id):
                 continue
             if len(self.in_flight) >= self.max_in_flight or not self._spawn(self._one, ref):
                 self.deferred += 1

@@ -11,8 +11,7 @@ from typing import Any
 
 from aifs.errors import FsError
 from aifs.meta.sessions import list_sessions
-from aifs.tiers.objstore import LocalObjectStore
-from aifs.tiers.protocol import ColdTier
+from aifs.tiers.manager import TierManager
 from aifs.vfs.volume import Volume
 
 HOTTEST = 10
@@ -27,17 +26,17 @@ def _down_for(health: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def durable_health(cold: ColdTier) -> dict[str, Any]:
+def durable_health(tiers: TierManager) -> dict[str, Any]:
     """Whether the durable tier answers: an S3 tier by its circuit breaker (up only while it is
     closed); a local object store is always up."""
-    breaker = getattr(cold, "breaker", None)
-    return {"up": True} if breaker is None else _down_for(breaker.health())
+    health = tiers.durable_breaker_health()
+    return {"up": True} if health is None else _down_for(health)
 
 
-def remote_health(remote: Any) -> dict[str, Any]:
+def remote_health(server_health: list[dict[str, Any]]) -> dict[str, Any]:
     """The flash servers (or peers) as their circuit breakers see them; the tier is up while one
     is, or while it has none (a node with no peers yet)."""
-    servers = [_down_for(server) for server in remote.status()]
+    servers = [_down_for(server) for server in server_health]
     return {"up": any(s["up"] for s in servers) or not servers, "servers": servers}
 
 
@@ -57,30 +56,28 @@ def durable_used(volume: Volume) -> tuple[int, str]:
     """Bytes in the durable tier and where the figure comes from. A local store counts its
     objects; a bucket cannot be asked cheaply, so the figure is the volume's data by its
     metadata (which survives remounts) less the bytes still waiting for upload."""
-    cold = volume.tiers.cold
-    if isinstance(cold, LocalObjectStore):
-        return cold.used(), "store"
+    counted = volume.tiers.durable_used()
+    if counted is not None:
+        return counted, "store"
     _, held = volume.meta.volume_stats()
-    return max(held - volume.tiers.nvme.bytes_of(volume.uploader.pending), 0), "metadata"
+    return max(held - volume.tiers.pending_bytes(volume.uploader.pending), 0), "metadata"
 
 
 def tier_reports(volume: Volume) -> dict[str, dict[str, Any]]:
     """Every configured tier, top to bottom (a RAM tier of no capacity is none)."""
     tiers = volume.tiers
     reports = {}
-    for tier in tiers.tiers:
-        if tier is tiers.ram and tier.capacity == 0:
-            continue
+    for tier in tiers.configured_tiers:
         stats = tiers.stats[tier.name]
         report = {"used": tier.used(), "capacity": tier.capacity, "hits": stats.hits,
                   "bytes_read": stats.bytes_read, "up": True}
-        if tier is tiers.cold:
+        if tier.name == tiers.durable_name:
             report["used"], report["used_from"] = durable_used(volume)
-            report.update(durable_health(tier))
+            report.update(durable_health(tiers))
         else:
-            shared = next((t for t in (tiers.remote, tiers.peers) if t is not None and t.name == tier.name), None)
-            if shared is not None:
-                report.update(remote_health(shared))
+            servers = tiers.server_health(tier.name)
+            if servers is not None:
+                report.update(remote_health(servers))
         reports[tier.name] = report
     return reports
 
@@ -113,13 +110,13 @@ def status_report(volume: Volume, started: float) -> dict[str, Any]:
         "mounted_s": round(mounted_s, 1),
         "metadata": metadata_health(volume),
         "tiers": tier_reports(volume),
-        "dirty_bytes": tiers.nvme.dirty_bytes(),
+        "dirty_bytes": tiers.dirty_bytes(),
         "pending_blocks": len(pending),
-        "pending_bytes": tiers.nvme.bytes_of(pending),
+        "pending_bytes": tiers.pending_bytes(pending),
         "uploaded_blocks": uploader.uploaded_blocks,
         "uploaded_bytes": uploader.uploaded_bytes,
         "upload_rate": uploader.uploaded_bytes / mounted_s,
-        "offers_pending": tiers.background.pending if tiers.background is not None else 0,
+        "offers_pending": tiers.offers_pending,
         "adopted_blocks": volume.adopter.adopted_blocks if volume.adopter is not None else 0,
         "stranded_blocks": len(volume.adopter.stranded) if volume.adopter is not None else 0,
         "open_files": len(volume.files.all()),

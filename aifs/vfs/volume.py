@@ -7,13 +7,13 @@ from functools import partial
 
 import trio
 
+from aifs.blockstore.compose import open_tier_manager
 from aifs.cluster.peers import PeerServer
 from aifs.config import Config, Rule
 from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.attrs import BlockRef
 from aifs.meta.engines import open_kv
-from aifs.tiers.factory import open_tier_manager
 from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.adoption import Adopter
 from aifs.vfs.cluster import ClusterNode
@@ -57,7 +57,7 @@ class Volume:
                                        MarkerMode.EXPECT if expect_marker else MarkerMode.CLAIM)
         self.files = OpenFiles()
         self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta, lambda: [of.ino for of in self.files.all()],
-                                   self.tiers.peers) if kv.shared else None
+                                   self.tiers.set_peers) if kv.shared else None
         self.locks = FileLocks(kv, self.cluster.session if self.cluster is not None else None,
                                self._store_writes, config.fuse.max_tasks // 2)
         self.names = NameCache()
@@ -86,7 +86,7 @@ class Volume:
     def _recover(self) -> None:
         """Resume what a crash interrupted: dirty blocks stay pinned, blocks staged for a
         commit that never happened are dropped, orphans are freed."""
-        dropped = self.tiers.nvme.recover(self.meta.pending_uploads())
+        dropped = self.tiers.recover_staged(self.meta.pending_uploads())
         if dropped:
             log.info("dropped %d block(s) staged by writes whose metadata commit never happened "
                      "(the daemon stopped between the two): %s", len(dropped),
@@ -148,7 +148,7 @@ class Volume:
         fails (a full disk); the failure is raised at the end."""
         unsealed = await self._seal_all()
         pending = self.uploader.pending
-        self.left_pending = (len(pending), self.tiers.nvme.bytes_of(pending))
+        self.left_pending = (len(pending), self.tiers.pending_bytes(pending))
         try:
             await self.tiers.close()
         finally:
@@ -159,7 +159,7 @@ class Volume:
                 try:
                     self.meta.close()
                 finally:
-                    self.tiers.nvme.close()
+                    self.tiers.close_staging()
                     self._lock.close()
         if unsealed:
             raise FsError(unsealed[0].errno, f"{len(unsealed)} open file(s) could not be sealed at unmount, "
@@ -334,7 +334,7 @@ class Volume:
         pending = self.pending_blocks([ino])
         state = "unsealed" if unsealed else "pending" if pending else "uploaded"
         return {"state": state, "unsealed_bytes": unsealed, "pending_blocks": len(pending),
-                "pending_bytes": self.tiers.nvme.bytes_of(pending)}
+                "pending_bytes": self.tiers.pending_bytes(pending)}
 
     async def upload_now(self, inodes: list[int]) -> None:
         """Return once every sealed block of these files is in the durable tier."""
@@ -370,6 +370,6 @@ class Volume:
     def statfs(self) -> tuple[int, int, int]:
         """(capacity, free bytes, inodes) as df shows them: the volume's own data against
         volume.capacity, by default the durable tier's capacity (never the host disk's usage)."""
-        capacity = self.config.volume.capacity or self.tiers.cold.capacity
+        capacity = self.config.volume.capacity or self.tiers.durable_capacity
         inodes, used = self.meta.volume_stats()
         return capacity, max(capacity - used, 0), inodes

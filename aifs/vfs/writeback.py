@@ -48,9 +48,8 @@ def writers_quiet_at(tiers: TierManager, files: OpenFiles) -> float:
 def writers_active(tiers: TierManager, files: OpenFiles) -> bool:
     """Writers own the disk and the CPUs while they stage blocks (background work waits),
     until staging passes its high-water mark and uploads must make room."""
-    nvme = tiers.nvme
     busy = trio.current_time() < writers_quiet_at(tiers, files)
-    return busy and nvme.dirty_bytes() < nvme.max_dirty * STAGING_HIGH_WATER
+    return busy and tiers.dirty_bytes() < tiers.dirty_budget * STAGING_HIGH_WATER
 
 
 class Uploader:

@@ -20,7 +20,7 @@ import trio
 from conftest import Volume, aifs_cli  # tests/conftest.py: mount, umount and cleanup of one volume
 from tests.helpers import random_page_reads
 
-from aifs.flash.background import BackgroundCalls
+from aifs.tiers.background import BackgroundCalls
 from aifs.flash.tier import RemoteFlashTier
 from aifs.rdma.auth import Secret
 from aifs.rdma.tcp import TcpTransport

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from conftest import aifs_cli
 from flash.servers import new_secret_file
 from helpers import pattern
 
@@ -107,3 +108,12 @@ def test_a_frozen_peer_is_passed_over_marked_down_and_probed_back(make_cluster, 
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
     wait_for(lambda: all(p["up"] for p in peers_of(nodes[1])), "the prober to bring C back", timeout=30)
+
+
+def test_peers_over_verbs_where_no_rdma_device_is_refuse_the_mount(make_cluster, tmp_path):
+    setup = peer_setup(tmp_path)
+    setup["cluster"]["transport"] = "verbs"
+    node = make_cluster(1, **setup)[0]
+    mounted = aifs_cli("mount", "-c", str(node.config), "--background", str(node.path))
+    assert mounted.returncode != 0
+    assert "transport 'verbs' cannot run here" in mounted.stderr, mounted.stderr

@@ -1,4 +1,8 @@
-"""Building the tiers a config describes; shared by the mount and by fsck."""
+"""Building the tiers a config describes; shared by the mount, fsck, gc and format.
+
+The remote tiers (the flash servers' client, the peers of a shared volume) are built here and
+handed to the TierManager behind the tier protocols, so aifs.tiers never imports the packages
+that implement them."""
 
 from aifs.config import Config
 from aifs.config.models import ClusterConfig
@@ -9,7 +13,7 @@ from aifs.rdma.auth import Secret
 from aifs.tiers.manager import TierManager
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
-from aifs.tiers.protocol import ColdTier
+from aifs.tiers.protocol import ColdTier, PeerTier, RemoteTier
 from aifs.tiers.ram import RamTier
 from aifs.tiers.s3 import S3Tier
 from aifs.tiers.s3_marker import MarkerMode, VolumeMarker
@@ -40,7 +44,7 @@ def open_cold(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAI
                             read_only=marker is MarkerMode.CHECK)
 
 
-def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteFlashTier:
+def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteTier:
     """The flash servers' client. Blocks are keyed by this volume's uuid, so volumes sharing
     servers never read each other's blocks; it connects lazily and never blocks a mount.
     Its connections authenticate with the secret in `secret_file` (checked with the config)."""
@@ -53,19 +57,21 @@ def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteFlashTier:
     )
 
 
-def open_peers(cluster: ClusterConfig) -> RemoteFlashTier:
+def open_peers(cluster: ClusterConfig) -> PeerTier:
     """The other mounts of a shared volume as one cache, each block on one of them. They serve
-    plain block ids (they are this volume's mounts, holding its secret), over TCP: a mount's
-    server has no verbs endpoint. Its members come from the sessions (`set_servers`)."""
+    plain block ids (they are this volume's mounts, holding its secret), over the transport
+    their servers chose alike. Its members come from the sessions (`TierManager.set_peers`)."""
     assert cluster.secret_file is not None
     return RemoteFlashTier(
-        (), replicas=1, transport="tcp", timeout=cluster.timeout, read_bound=cluster.read_bound,
+        (), replicas=1, transport=cluster.transport, rdma_device=cluster.rdma_device, timeout=cluster.timeout,
+        read_bound=cluster.read_bound,
         probe_interval=cluster.probe_interval, failures_to_down=cluster.failures_to_down, name="peers",
         kind="peer", secret=Secret.from_file(cluster.secret_file),
     )
 
 
 def open_tier_manager(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM) -> TierManager:
+    """Every tier of the config behind the one TierManager the mount's upper layers use."""
     ram = _tier(config, "ram")
     ram_tier = RamTier(config.capacity_of(ram) if ram is not None else 0)
     nvme = open_nvme(config)
