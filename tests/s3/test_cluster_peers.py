@@ -20,7 +20,7 @@ from .helpers_mount import make_s3_volume, poll_status, sync_wait, wait_for  # n
 pytestmark = pytest.mark.timeout_s(240)
 
 KiB = 1 << 10
-FILES = 400
+FILES = 200
 
 
 def peer_setup(tmp_path: Path) -> dict:

@@ -1,4 +1,4 @@
-"""A real client: a PyTorch DataLoader (4 workers) over a map-style dataset of 5,000 small files
+"""A real client: a PyTorch DataLoader (4 workers) over a map-style dataset of 2,000 small files
 on the mount, cold (the data only in S3) then warm, yields the same bytes as the same files in a
 local directory, and the tier counters say where each epoch read from."""
 
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 __all__ = ["make_s3_volume"]  # the fixture, imported so pytest finds it
-FILES = 5000
+FILES = 2000
 KiB = 1 << 10
 
 

@@ -36,7 +36,7 @@ from .helpers_mount import MiB, bucket_keys, make_s3_volume, sha256_file, write_
 
 __all__ = ["make_s3_volume"]  # the fixture, imported so pytest finds it
 
-DURATION_S = float(os.environ.get("AIFS_FAULT_SECONDS", "60"))
+DURATION_S = float(os.environ.get("AIFS_FAULT_SECONDS", "40"))
 SEED = int(os.environ.get("AIFS_FAULT_SEED", str(time.time_ns() % 2**32)))
 NVME_DISK = "48m"
 FREEZE_S = 2.0
