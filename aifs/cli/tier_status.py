@@ -16,6 +16,9 @@ def status_lines(report: dict) -> list[str]:
     lines.append(f"  uploads   {report['pending_blocks']} blocks ({size(report['pending_bytes'])}) pending; "
                  f"since mount {report['uploaded_blocks']} uploaded ({size(report['uploaded_bytes'])}, "
                  f"{rate(report['upload_rate'])} on average)")
+    if report["adopted_blocks"] or report["stranded_blocks"]:
+        lines.append(f"{INDENT}of nodes that are gone: {report['adopted_blocks']} blocks uploaded from the flash "
+                     f"servers, {report['stranded_blocks']} staged only on those nodes (they wait for them)")
     return lines + tier_status_lines(report)
 
 
@@ -24,8 +27,9 @@ def _metadata_line(metadata: dict) -> str:
     line = f"  metadata: {metadata['engine']}, {state}"
     for info in metadata.get("sessions", ()):
         this = " (this mount)" if info["sid"] == metadata["session"] else ""
+        serves = f", serves peers on {info['peer']}" if info.get("peer") else ""
         line += (f"\n    session {info['sid']}{this}: node {info['node']} on {info['host']}, "
-                 f"pid {info['pid']}, {info['mountpoint']}, aifs {info['version']}")
+                 f"pid {info['pid']}, {info['mountpoint']}, aifs {info['version']}{serves}")
     return line
 
 
@@ -34,15 +38,15 @@ def _tier_lines(name: str, tier: dict) -> list[str]:
              f"{tier['hits']} hits, {size(tier['bytes_read'])} read  {'up' if tier['up'] else 'DOWN'}"]
     if tier.get("used_from") == "metadata":
         lines.append(f"{INDENT}used: the volume's data by its metadata, less the uploads pending")
-    problem = health_problem(tier)
+    problem = health_problem(tier, "peers" if name == "peers" else "flash servers")
     if problem:
         lines.append(f"{INDENT}{problem}")
     return lines
 
 
-def health_problem(tier: dict) -> str | None:
-    """What is wrong with a tier by its status entry (a durable tier's breaker, the flash
-    servers' health), or None when nothing is."""
+def health_problem(tier: dict, servers_are: str = "flash servers") -> str | None:
+    """What is wrong with a tier by its status entry (a durable tier's breaker, the health of
+    its servers: flash servers or peers), or None when nothing is."""
     breaker = tier.get("breaker")
     if breaker is not None and breaker != "closed":
         doing = "a probe request is in flight" if breaker == "half-open" else "requests fail at once"
@@ -53,7 +57,7 @@ def health_problem(tier: dict) -> str | None:
         return None
     which = ", ".join(f"{s['server']} down for {s['down_for_s']:.0f} s (circuit breaker {s['breaker']}; "
                       f"last error: {s['last_error']})" for s in down)
-    return f"{len(servers) - len(down)} of {len(servers)} flash servers up; {which}"
+    return f"{len(servers) - len(down)} of {len(servers)} {servers_are} up; {which}"
 
 
 def tier_status_lines(report: dict) -> list[str]:

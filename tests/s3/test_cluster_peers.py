@@ -15,7 +15,7 @@ from flash.servers import new_secret_file
 from helpers import pattern
 
 from .helpers_cluster import make_cluster, mount_all, redis_server  # noqa: F401 - fixtures
-from .helpers_mount import make_s3_volume, poll_status, sync_wait, wait_for  # noqa: F401 - fixture
+from .helpers_mount import aifs_ok, make_s3_volume, poll_status, sync_wait, wait_for  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout_s(240)
 
@@ -104,6 +104,7 @@ def test_a_frozen_peer_is_passed_over_marked_down_and_probed_back(make_cluster, 
         assert report["s3"]["hits"] > 0 and report["peers"]["hits"] > 0
         down = [p for p in report["peers"]["servers"] if not p["up"]]
         assert len(down) == 1 and down[0]["failures"] >= 3
+        assert "1 of 2 peers up" in aifs_ok("status", str(b))
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
