@@ -50,6 +50,7 @@ class VolumeCollector:
         yield from (hits, misses, read, used, capacity)
         yield from self._uploads()
         yield from self._placement()
+        yield from self._health()
 
     def _uploads(self):
         uploader = self.vol.uploader
@@ -62,6 +63,20 @@ class VolumeCollector:
                                   value=uploader.uploaded_bytes)
         yield GaugeMetricFamily("aifs_dirty_bytes", "Dirty bytes staged on NVMe",
                                 value=self.vol.tiers.dirty_bytes())
+
+    def _health(self):
+        """Up (1) or down (0) by the circuit breakers: the durable tier, and each flash server
+        and peer; the figures `aifs status` shows, for alerts."""
+        tiers = self.vol.tiers
+        durable = tiers.durable_breaker_health()
+        yield GaugeMetricFamily("aifs_durable_up", "Whether the durable tier's circuit breaker lets requests through",
+                                value=1 if durable is None or durable["up"] else 0)
+        servers = GaugeMetricFamily("aifs_server_up", "Whether a flash server or peer is up by its circuit breaker",
+                                    labels=["tier", "server"])
+        for tier in tiers.tiers:
+            for server in tiers.server_health(tier.name) or ():
+                servers.add_metric([tier.name, server["server"]], 1 if server["up"] else 0)
+        yield servers
 
     def _placement(self):
         pinned = GaugeMetricFamily("aifs_pinned_bytes", "Bytes of pinned blocks held by a tier", labels=["tier"])
