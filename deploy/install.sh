@@ -32,4 +32,17 @@ apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 bash deploy/patches/install-pyfuse3.sh "$prefix"
 "$prefix/bin/python" -m pip install -q --disable-pip-version-check ".${extras}"
 ln -sf "$prefix/bin/aifs" /usr/local/bin/aifs
+
+# mount(8) runs /sbin/mount.fuse.aifs for fstab lines and `mount -t fuse.aifs` (/sbin is
+# /usr/sbin on Debian); the systemd units go in only where systemd is, and are never started.
+install_with_path() {  # FILE DEST MODE: FILE with @AIFS@ replaced by the installed command
+    sed "s|@AIFS@|$prefix/bin/aifs|g" "$1" > "$2.tmp" && chmod "$3" "$2.tmp" && mv "$2.tmp" "$2"
+}
+install_with_path deploy/mount.fuse.aifs /usr/sbin/mount.fuse.aifs 755
+if command -v systemctl >/dev/null; then
+    for unit in deploy/systemd/*.service; do
+        install_with_path "$unit" "/etc/systemd/system/$(basename "$unit")" 644
+    done
+    if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+fi
 echo "aifs installed in $prefix; $(/usr/local/bin/aifs --version)"

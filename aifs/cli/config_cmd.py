@@ -10,7 +10,7 @@ from aifs.cli.common import load_or_exit, state_dir_option
 from aifs.config import Config, format_size, machine_warnings
 from aifs.units import size
 
-_SIZE_KEYS = frozenset({"block_size", "capacity"})
+_SIZE_KEYS = frozenset({"block_size", "capacity", "max_size"})
 
 @click.group()
 def config() -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
+from aifs.cli.logsetup import LOG_FORMAT
+from aifs.cli.sdnotify import notify
 from aifs.flash.limits import ServerLimits
 from aifs.rdma.auth import Secret, SecretFileError, write_secret_file
 from aifs.rdma.transport import Address, TransportUnavailable
@@ -114,12 +116,12 @@ def serve(root: Path, capacity: int, listen: Address, secret: Secret | None, tra
                               max_connections=max_connections, idle_timeout=idle_timeout)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
 
     def ready(address: Address, kind: str) -> None:
         click.echo(f"serving {address} over {kind}")
         sys.stdout.flush()
+        notify("READY=1")  # a systemd unit of Type=notify (deploy/systemd/aifs-flash@.service)
 
     try:
         run(root, capacity, listen, secret, limits, transport, rdma_device, rdma_memory, rdma_slot, ready)

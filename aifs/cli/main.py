@@ -9,9 +9,12 @@ import importlib
 
 import click
 
+from aifs import __version__
+
 COMMANDS = {  # name: "module:attribute"
     "mount": "aifs.cli.mount_cmd:mount",
     "umount": "aifs.cli.mount_cmd:umount",
+    "mount-helper": "aifs.cli.mount_helper:mount_helper",
     "config": "aifs.cli.config_cmd:config",
     "fsck": "aifs.cli.fsck_cmd:fsck",
     "gc": "aifs.cli.gc_cmd:gc",
@@ -19,6 +22,7 @@ COMMANDS = {  # name: "module:attribute"
     "meta": "aifs.cli.meta_cmd:meta",
     "bench": "aifs.cli.bench_cmd:bench",
     "status": "aifs.cli.admin_cmd:status",
+    "stats": "aifs.cli.stats_cmd:stats",
     "sync": "aifs.cli.admin_cmd:sync",
     "flash": "aifs.cli.flash_cmd:flash",
     "pin": "aifs.cli.tier_cmd:pin",
@@ -43,6 +47,6 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="aifs")
+@click.version_option(__version__, message="aifs %(version)s")
 def cli() -> None:
     """aifs: a POSIX filesystem for AI training clusters."""

@@ -11,11 +11,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
 from aifs.cli.common import EXIT_USAGE, config_option, fail, load_or_exit, state_dir_option
+from aifs.cli.logsetup import setup_logging
+from aifs.cli.sdnotify import notify_ready_when_mounted
 from aifs.config import Config, machine_warnings
 from aifs.units import size
 from aifs.fuse.mountinfo import MountEntry, aifs_mount, find_mount
@@ -49,7 +53,8 @@ def mount(config_path: Path | None, state_dir: Path | None, background: bool, no
         lock.close()  # the daemon takes it again
         _spawn_daemon(config, mountpoint)
         return
-    _setup_logging(config, also_file=os.environ.get(DAEMON_ENV) != "1")
+    setup_logging(config, background=os.environ.get(DAEMON_ENV) == "1")
+    notify_ready_when_mounted(mountpoint)
     for warning in machine_warnings(config):
         logging.getLogger("aifs.config").warning("%s", warning)
     from aifs.fuse.mount import serve
@@ -80,7 +85,7 @@ def _take_volume(config: Config, mountpoint: Path) -> VolumeLock:
     try:
         check_fuse_device()
         tightened = prepare_state_dir(config.volume.state_dir)
-        lock = VolumeLock.acquire(config.volume.state_dir, str(mountpoint))
+        lock = _lock_volume(config.volume.state_dir, mountpoint)
     except (MountRefused, StateDirError) as e:
         fail(str(e), EXIT_USAGE)
     except VolumeBusy as e:
@@ -90,15 +95,24 @@ def _take_volume(config: Config, mountpoint: Path) -> VolumeLock:
     return lock
 
 
-def _setup_logging(config: Config, also_file: bool) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler()]
-    if also_file:
-        config.log_file().parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(config.log_file()))
-    logging.basicConfig(
-        level=config.logging.level.upper(), handlers=handlers,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _lock_volume(state_dir: Path, mountpoint: Path) -> VolumeLock:
+    """Lock the volume. A mount process that holds it without being mounted is finishing an
+    unmount (a plain umount returns before the process has flushed) or still starting: wait
+    until it exits, or mounts after all (busy then)."""
+    try:
+        return VolumeLock.acquire(state_dir, str(mountpoint))
+    except VolumeBusy:
+        holder = read_holder(state_dir)
+        if holder is None or holder.pid is None or not holder.purpose.startswith("/"):
+            raise
+        held_at = Path(holder.purpose)
+        if aifs_mount(held_at) is not None:
+            raise
+        click.echo(f"aifs: waiting for process {holder.pid}, which holds the volume, to finish "
+                   f"its unmount of {held_at}", err=True)
+        if not _wait_exit(holder.pid, give_up=lambda: aifs_mount(held_at) is not None):
+            raise
+        return VolumeLock.acquire(state_dir, str(mountpoint))
 
 
 def _spawn_daemon(config: Config, mountpoint: Path) -> None:
@@ -107,34 +121,41 @@ def _spawn_daemon(config: Config, mountpoint: Path) -> None:
     log_file = config.log_file()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     args = [a for a in sys.argv[1:] if a not in _BACKGROUND_FLAGS]
-    with open(log_file, "ab") as log:
+    with open(log_file, "a+b") as log:  # read back too: see _since
         log_start = log.tell()
         proc = subprocess.Popen(
             [sys.executable, "-m", "aifs", *args], stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, DAEMON_ENV: "1"},
         )
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            fail(f"mount failed (exit {proc.returncode}); log {log_file}:\n{_since(log_file, log_start)}")
-        if aifs_mount(mountpoint) is not None:
-            os.stat(mountpoint)
-            for line in _since(log_file, log_start).splitlines():
-                if " WARNING " in line:
-                    click.echo(f"aifs: warning: {line.split(': ', 1)[-1]}", err=True)
-            click.echo(f"aifs: mounted {config.volume.state_dir} at {mountpoint} "
-                       f"(pid {proc.pid}, log {log_file})")
-            return
-        time.sleep(0.05)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                fail(f"mount failed (exit {proc.returncode}); log {log_file}:\n{_since(log, log_start)}")
+            if aifs_mount(mountpoint) is not None:
+                os.stat(mountpoint)
+                for line in _since(log, log_start).splitlines():
+                    if " WARNING " in line:
+                        click.echo(f"aifs: warning: {line.split(': ', 1)[-1]}", err=True)
+                click.echo(f"aifs: mounted {config.volume.state_dir} at {mountpoint} "
+                           f"(pid {proc.pid}, log {log_file})")
+                return
+            time.sleep(0.05)
     proc.terminate()
     fail(f"mount did not answer within {READY_TIMEOUT_S:.0f} s; see {log_file}")
 
 
-def _since(path: Path, offset: int) -> str:
-    """What the daemon wrote to its log since `offset`."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read().decode(errors="replace").strip()
+def _since(log: BinaryIO, offset: int) -> str:
+    """What the daemon wrote to its log since `offset`. Read through `log`, the file the daemon
+    was started with: when the log rotated meanwhile, that is now FILE.1, and the rest is in FILE."""
+    started_with = os.fstat(log.fileno())
+    text = os.pread(log.fileno(), max(0, started_with.st_size - offset), offset)
+    try:
+        with open(log.name, "rb") as current:
+            if os.fstat(current.fileno()).st_ino != started_with.st_ino:
+                text += current.read()
+    except OSError:
+        pass  # rotated and not yet created again: nothing was written there
+    return text.decode(errors="replace").strip()
 
 
 @click.command()
@@ -188,9 +209,9 @@ def _report_exit(mountpoint: Path, state_dir: Path, pid: int) -> None:
                    "next mount of this volume")
 
 
-def _wait_exit(pid: int) -> bool:
+def _wait_exit(pid: int, give_up: Callable[[], bool] = lambda: False) -> bool:
     deadline = time.monotonic() + EXIT_TIMEOUT_S
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not give_up():
         if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
             return True
         time.sleep(0.05)

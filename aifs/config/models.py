@@ -454,8 +454,12 @@ class WritebackConfig(_Table):
 
 
 class LoggingConfig(_Table):
+    """The mount's log; it rotates by size so that a long-lived mount cannot fill its disk."""
+
     level: Literal["debug", "info", "warning", "error"] = "info"
     file: AbsPath | None = None
+    max_size: Size = 64 * MiB  # 0: never rotate (logrotate with copytruncate does it)
+    keep: int = Field(5, ge=1, le=100, strict=True)
 
 
 _LOOPBACK = ("127.", "::1", "[::1]", "localhost")

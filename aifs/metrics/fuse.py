@@ -42,3 +42,21 @@ def instrument_operations(cls: type) -> type:
         if not name.startswith("_") and inspect.iscoroutinefunction(member):
             setattr(cls, name, _timed(name, member))
     return cls
+
+
+_TOTALS = {  # sample name: the total it carries
+    "aifs_fuse_op_seconds_count": "count", "aifs_fuse_op_seconds_sum": "seconds", "aifs_fuse_errors_total": "errors",
+}
+
+
+def operation_totals() -> dict[str, dict[str, float]]:
+    """Per operation, the requests served, those answered with an error and the seconds spent
+    answering them since the process started. Read from the collectors themselves, so that
+    `aifs stats` has them whether or not the HTTP endpoint is served."""
+    totals: dict[str, dict[str, float]] = {}
+    for family in (*LATENCY.collect(), *ERRORS.collect()):
+        for sample in family.samples:
+            if sample.name in _TOTALS:
+                op = totals.setdefault(sample.labels["op"], {"count": 0, "errors": 0, "seconds": 0.0})
+                op[_TOTALS[sample.name]] = sample.value
+    return totals

@@ -1,4 +1,4 @@
-"""What the control channel can ask of a running volume: status, sync, per-file state, pins.
+"""What the control channel can ask of a running volume: status, stats, sync, per-file state, pins.
 
 The type hints are the control protocol: the control server checks every request against
 them (aifs.control.dispatch) before a handler runs. Every request is bounded in time except
@@ -15,6 +15,7 @@ from pydantic import Field
 
 from aifs.meta.attrs import BlockRef
 from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, unique_blocks
+from aifs.vfs.stats import stats_sample
 from aifs.vfs.status import durable_health, status_report
 from aifs.vfs.volume import Volume
 
@@ -67,6 +68,10 @@ class Admin:
 
     async def status(self) -> dict:
         return status_report(self.vol, self.started)
+
+    async def stats(self) -> dict:
+        """Counters for `aifs stats`, which asks every interval and turns their growth into rates."""
+        return stats_sample(self.vol, self.started)
 
     async def pin(self, inodes: list[Inode], tier: TierName) -> dict:
         """Pin every file under the paths to `tier` and load them there before answering."""
@@ -133,6 +138,6 @@ class Admin:
                 yield batch
 
     def handlers(self) -> dict:
-        return {"status": self.status, "sync": self.sync, "file_state": self.file_state,
+        return {"status": self.status, "stats": self.stats, "sync": self.sync, "file_state": self.file_state,
                 "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident,
                 "freeze": self.freeze}
