@@ -16,6 +16,8 @@ def status_lines(report: dict) -> list[str]:
     lines.append(f"  uploads   {report['pending_blocks']} blocks ({size(report['pending_bytes'])}) pending; "
                  f"since mount {report['uploaded_blocks']} uploaded ({size(report['uploaded_bytes'])}, "
                  f"{rate(report['upload_rate'])} on average)")
+    if report["served_to_peers"]:
+        lines.append("  served to peers: " + ", ".join(f"{host} {size(n)}" for host, n in report["served_to_peers"].items()))
     if report["adopted_blocks"] or report["stranded_blocks"]:
         lines.append(f"{INDENT}of nodes that are gone: {report['adopted_blocks']} blocks uploaded from the flash "
                      f"servers, {report['stranded_blocks']} staged only on those nodes (they wait for them)")
@@ -41,6 +43,9 @@ def _tier_lines(name: str, tier: dict) -> list[str]:
     problem = health_problem(tier, "peers" if name == "peers" else "flash servers")
     if problem:
         lines.append(f"{INDENT}{problem}")
+    if name == "peers":
+        lines += [f"{INDENT}{peer['server']} {'up' if peer['up'] else 'DOWN'}, {size(peer['fetched_bytes'])} fetched"
+                  for peer in tier.get("servers", ())]
     return lines
 
 

@@ -10,6 +10,7 @@ which carries the advertised address.
 """
 
 import socket
+from collections import Counter
 from collections.abc import Iterable
 
 import trio
@@ -40,13 +41,19 @@ class PeerServer:
         self._socket = _listen(Address.parse(cluster.serve))
         port = self._socket.getsockname()[1]
         self.address = str(Address(cluster.advertised_host.strip("[]"), port))
+        self._server: BlockServer | None = None
+
+    @property
+    def served(self) -> Counter[str]:
+        """Block bytes sent to peers, by their host."""
+        return self._server.served if self._server is not None else Counter()
 
     async def run(self, tiers: TierManager) -> None:
         """Serve the tiers' blocks until cancelled."""
         verbs = VerbsEndpoint(self._device, ARENA_BYTES, SLOT_BYTES) if self._device is not None else None
         try:
-            server = BlockServer(PeerStore(tiers), self._secret, verbs)
-            await server.serve_on(trio.socket.from_stdlib_socket(self._socket))
+            self._server = BlockServer(PeerStore(tiers), self._secret, verbs, offload=tiers.for_peers)
+            await self._server.serve_on(trio.socket.from_stdlib_socket(self._socket))
         finally:
             if verbs is not None:
                 verbs.close()

@@ -91,6 +91,7 @@ class ServerHandle:
         self.policy = policy
         self.breaker = breaker
         self.answered = 0  # requests that got an answer, for status and tests
+        self.received_bytes = 0  # block bytes read from the server, for status
 
     @property
     def up(self) -> bool:

@@ -32,8 +32,10 @@ import mmap
 import resource
 import signal
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +89,9 @@ class _Received(Record):
 class _Link:
     """One authenticated connection: its socket, its answers in flight, what it holds here."""
 
-    def __init__(self, conn: LoopSocket) -> None:
+    def __init__(self, conn: LoopSocket, host: str) -> None:
         self.conn = conn
+        self.host = host  # the client's, for the bytes served to each
         self.send_lock = trio.Lock()
         self.in_flight = trio.Semaphore(MAX_IN_FLIGHT)
         self.answering = 0
@@ -129,16 +132,22 @@ class _AcceptPauses:
         self._pause, self._failures = 0.0, 0
 
 
+Offload = Callable[..., Awaitable[Any]]
+
+
 class BlockServer:
     def __init__(self, store: ServedStore, secret: Secret, verbs: VerbsEndpoint | None = None, io_threads: int = 8,
-                 limits: ServerLimits = ServerLimits()) -> None:
+                 limits: ServerLimits = ServerLimits(), offload: Offload | None = None) -> None:
+        """`offload(fn, *args)` runs a disk call off the loop; by default on `io_threads`
+        threads of the server's own (a mount serving peers queues them behind its own reads)."""
         self.store = store
         self.verbs = verbs
         self.limits = limits
         self.connections = 0
+        self.served: Counter[str] = Counter()  # block bytes sent, by client host
         self._secret = secret
         self._budget = ByteBudget(limits.max_request_memory)
-        self._io = trio.CapacityLimiter(io_threads)
+        self._offload = offload or partial(_on_threads, trio.CapacityLimiter(io_threads))
         self._handlers: dict[str, Callable[[Request, Any, list[Any]], Awaitable[Answer]]] = {
             GET: self._get, PUT: self._put, DELETE: self._delete, HAS: self._has, STAT: self._stat,
             UNPIN: self._unpin, QP: self._qp, LOCATE: self._locate,
@@ -180,7 +189,7 @@ class BlockServer:
         link: _Link | None = None
         try:
             conn = LoopSocket.adopt(sock, stall=self.limits.idle_timeout)
-            link = _Link(conn)
+            link = _Link(conn, peer.host)
             frames = FrameReader()
             frames.check = (await self._handshake(conn, frames)).check
             await self._serve(link, frames, peer)
@@ -298,6 +307,8 @@ class BlockServer:
         try:
             answer = await self._outcome(request, record, link.resources)
             await link.send({**answer.reply, "rid": rid}, answer.body)
+            if answer.body is not None:
+                self.served[link.host] += len(answer.body)
         except OSError as e:  # the client went away; its reader task ends the connection
             log.debug("answer not sent: %s", e)
         finally:
@@ -316,7 +327,7 @@ class BlockServer:
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """On one of the server's I/O threads."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._io)
+        return await self._offload(fn, *args)
 
     async def _in_thread_if_big(self, nbytes: int, fn: Callable[..., Any], *args: Any) -> Any:
         if nbytes <= INLINE_BYTES:
@@ -393,6 +404,10 @@ class BlockServer:
     def _load(self, block_id: int) -> tuple[memoryview, int]:
         data, _, block_sum = self.store.read(block_id)
         return data, block_sum
+
+
+async def _on_threads(limiter: trio.CapacityLimiter, fn: Callable[..., Any], *args: Any) -> Any:
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 def _quick(request: Request) -> bool:

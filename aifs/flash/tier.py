@@ -208,6 +208,7 @@ class RemoteFlashTier:
         for handle in self._replica_set(block_id):
             data = self._ask(handle, block_id, request)
             if data is not None:
+                handle.received_bytes += len(data)
                 return data
         return None
 
@@ -246,7 +247,9 @@ class RemoteFlashTier:
                 continue
             read = partial(_read_on_loop, reader, block_id, offset, length)
             with _as_miss(handle, block_id):
-                return await handle.call_on_loop(read)
+                data = await handle.call_on_loop(read)
+                handle.received_bytes += len(data)
+                return data
         return None
 
     def _get_shards(self, block_id: int) -> bytes | None:
@@ -346,8 +349,10 @@ class RemoteFlashTier:
 
     def status(self) -> list[dict[str, Any]]:
         """One entry per server: whether it is up (and since when, on time.monotonic's clock, when
-        down), its breaker's state, current failure streak and last error, requests it answered."""
-        return [{"server": name, **h.breaker.health(), "answered": h.answered} for name, h in self._servers.items()]
+        down), its breaker's state, current failure streak and last error, requests it answered and
+        block bytes read from it."""
+        return [{"server": name, **h.breaker.health(), "answered": h.answered, "fetched_bytes": h.received_bytes}
+                for name, h in self._servers.items()]
 
     def close_on_loop(self) -> None:
         """Close the loop's sockets (on that loop: trio sockets cannot be closed from a thread)."""

@@ -130,6 +130,11 @@ class TierManager:
             return fn(*args)
         return await self._io_limiter.run(ticket or Ticket(Priority.DEMAND), fn, *args)
 
+    async def for_peers(self, fn: Callable[..., T], *args) -> T:
+        """Local I/O for another node (this node's block server): on the I/O threads at
+        readahead priority, so this node's own demand reads go first."""
+        return await self._io_limiter.run(Ticket(Priority.READAHEAD), fn, *args)
+
     async def _cold_io(self, ticket: Ticket, fn: Callable[..., T], *args) -> T:
         """The cold tier may be a network away (S3): always off the event loop."""
         return await self._cold_limiter.run(ticket, fn, *args)

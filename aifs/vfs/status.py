@@ -116,6 +116,7 @@ def status_report(volume: Volume, started: float) -> dict[str, Any]:
         "uploaded_blocks": uploader.uploaded_blocks,
         "uploaded_bytes": uploader.uploaded_bytes,
         "upload_rate": uploader.uploaded_bytes / mounted_s,
+        "served_to_peers": dict(volume.peer_server.served) if volume.peer_server is not None else {},
         "offers_pending": tiers.offers_pending,
         "adopted_blocks": volume.adopter.adopted_blocks if volume.adopter is not None else 0,
         "stranded_blocks": len(volume.adopter.stranded) if volume.adopter is not None else 0,

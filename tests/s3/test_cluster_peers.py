@@ -82,6 +82,10 @@ def test_a_dataset_crosses_from_s3_once_for_the_whole_cluster(make_cluster, moto
         assert report["s3"]["hits"] == 0, f"{root} read {report['s3']['hits']} blocks from S3"
         assert report["peers"]["hits"] > 0
     assert len(block_gets(moto_server.log, bucket)) - before == len(fetched), "B or C fetched from S3"
+    fetched_from_peers = sum(peer["fetched_bytes"] for peer in peers_of(nodes[1]))
+    served = sum(sum(poll_status(node)["served_to_peers"].values()) for node in nodes)
+    assert fetched_from_peers > 0 and served >= fetched_from_peers
+    assert "served to peers: 127.0.0.1" in aifs_ok("status", str(a))
 
 
 def test_a_frozen_peer_is_passed_over_marked_down_and_probed_back(make_cluster, tmp_path):
