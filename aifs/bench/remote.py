@@ -64,7 +64,7 @@ OBJSTORE = tier("objstore")
 Progress = Callable[[str], None]
 
 
-def _flash_server(root: Path, capacity: int, transport: str, secret_file: Path) -> AbstractContextManager[str]:
+def flash_server(root: Path, capacity: int, transport: str, secret_file: Path) -> AbstractContextManager[str]:
     port = free_port()
     argv = [sys.executable, "-m", "aifs", "flash", "serve", "--dir", str(root), "--capacity", str(capacity),
             "--listen", f"127.0.0.1:{port}", "--transport", transport, "--secret-file", str(secret_file),
@@ -139,7 +139,7 @@ def run(base: str, scale: float, progress: Progress, s3_endpoint: str | None = N
         secret_file = root / "flash.secret"
         write_secret_file(secret_file)
         cold_tier = s3_target(stack, root, s3_endpoint, bucket, s3_own_core).tier() if cold == "s3" else OBJSTORE
-        addresses = [stack.enter_context(_flash_server(path, capacity, transport, secret_file)) for path in flash]
+        addresses = [stack.enter_context(flash_server(path, capacity, transport, secret_file)) for path in flash]
         volume = _Volume(root, size, block, addresses, transport, cold_tier, secret_file)
         progress(f"writing {size >> 20} MiB in {block >> 10} KiB blocks; flash servers at {', '.join(addresses)}")
         with volume.mounted(volume.with_remote) as mnt:
