@@ -108,11 +108,12 @@ class _Cachestat(ctypes.Structure):
 SYS_CACHESTAT = 451  # x86_64 and arm64 alike; Linux 6.5 and later
 
 
-def cached_pages(fd: int) -> int:
-    """How many of the file's pages the kernel's page cache holds (cachestat(2)), without
-    touching them the way mmap and mincore would."""
-    whole, stat_ = _CachestatRange(0, 0), _Cachestat()
-    if _libc.syscall(SYS_CACHESTAT, fd, ctypes.byref(whole), ctypes.byref(stat_), 0) != 0:
+def cached_pages(fd: int, offset: int = 0, length: int = 0) -> int:
+    """How many of the file's pages (from `offset`, `length` bytes; 0: to the end) the
+    kernel's page cache holds (cachestat(2)), without touching them the way mmap and mincore
+    would."""
+    span, stat_ = _CachestatRange(offset, length), _Cachestat()
+    if _libc.syscall(SYS_CACHESTAT, fd, ctypes.byref(span), ctypes.byref(stat_), 0) != 0:
         _raise_errno()
     return stat_.nr_cache
 
