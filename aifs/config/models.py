@@ -296,7 +296,21 @@ class ErasureCoding(_Table):
     m: int = Field(ge=1, le=128, strict=True)
 
 
-class RemoteTier(TierConfig):
+class BlockClient(_Table):
+    """How a mount talks to block servers, flash servers and peers alike: the transport, each
+    request's timeout, the bound on one call's retries, and when a server counts as down."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    transport: Literal["auto", "tcp", "verbs"] = "auto"
+    rdma_device: NonEmpty | None = None
+    timeout: float = Field(0.5, gt=0, strict=True)
+    read_bound: float = Field(1.0, gt=0, strict=True)
+    probe_interval: float = Field(1.0, gt=0, strict=True)
+    failures_to_down: int = Field(3, ge=1, le=1000, strict=True)
+
+
+class RemoteTier(BlockClient, TierConfig):
     """Flash servers shared by every node, between NVMe and the durable tier: a cache, whose
     copy of a block not yet in the durable tier is never the only one unless `only_copy`."""
 
@@ -308,12 +322,6 @@ class RemoteTier(TierConfig):
         list[Annotated[str, AfterValidator(_host_port)]], BeforeValidator(_server_list), AfterValidator(_servers),
     ]
     replicas: int | None = Field(None, ge=1, le=16, strict=True)  # None: 2, or 1 with one server or erasure
-    transport: Literal["auto", "tcp", "verbs"] = "auto"
-    rdma_device: NonEmpty | None = None
-    timeout: float = Field(0.5, gt=0, strict=True)
-    read_bound: float = Field(1.0, gt=0, strict=True)
-    probe_interval: float = Field(1.0, gt=0, strict=True)
-    failures_to_down: int = Field(3, ge=1, le=1000, strict=True)
     # An optional table. Not `ErasureCoding | None`: errors.explain walks only discriminated unions.
     erasure: ErasureCoding = None  # type: ignore[assignment]
     only_copy: bool = Field(False, strict=True)
@@ -495,22 +503,14 @@ class MetricsConfig(_Table):
 WILDCARD_HOSTS = ("0.0.0.0", "[::]", "")
 
 
-class ClusterConfig(_Table):
+class ClusterConfig(BlockClient):
     """How this mount shares its RAM and NVMe with the other mounts of a shared volume: with
     `serve` set it answers their block reads, and reads blocks that hash to them from them
     rather than from the durable tier. Its peers are the sessions that advertise an address."""
 
-    model_config = ConfigDict(allow_inf_nan=False)
-
     serve: Annotated[str, AfterValidator(_listen)] | None = None
     advertise: NonEmpty | None = None  # the host peers dial; by default the host of `serve`
     secret_file: SecretFile | None = None  # every mount of the volume holds the same one
-    transport: Literal["auto", "tcp", "verbs"] = "auto"
-    rdma_device: NonEmpty | None = None
-    timeout: float = Field(0.5, gt=0, strict=True)
-    read_bound: float = Field(1.0, gt=0, strict=True)
-    probe_interval: float = Field(1.0, gt=0, strict=True)
-    failures_to_down: int = Field(3, ge=1, le=1000, strict=True)
 
     @model_validator(mode="after")
     def _reachable(self) -> "ClusterConfig":
@@ -533,7 +533,6 @@ class ClusterConfig(_Table):
         assert self.serve is not None
         return self.advertise or self.serve.rpartition(":")[0]
 
-
 def _rule_glob(value: str) -> str:
     """Rules match paths inside the mount, which always start at its root."""
     if not value.startswith("/"):
@@ -543,7 +542,6 @@ def _rule_glob(value: str) -> str:
     except re.error as exc:
         raise PydanticCustomError("glob", "not a valid glob: {why}", {"why": exc.msg}) from None
     return value
-
 
 class Rule(_Table):
     path: Annotated[str, AfterValidator(_rule_glob)]
@@ -557,17 +555,14 @@ class Rule(_Table):
         """`**` crosses '/', `*` and `?` stay inside one name."""
         return glob_regex(self.path).match(path) is not None
 
-
 def _default_tiers() -> list[TierConfig]:
     return [RamTier(kind="ram"), NvmeTier(kind="nvme"), ObjstoreTier(kind="objstore")]
-
 
 def _tier_error(index: int, field: str, value: Any, message: str) -> PydanticCustomError:
     """Point a whole-config check at one key; the formatter reads config_key/config_value."""
     return PydanticCustomError(
         "tiers", message, {"config_key": f"tiers[{index}].{field}", "config_value": value}
     )
-
 
 def _check_tier_order(tiers: list[TierConfig]) -> None:
     """Blocks flow down from caches to durable storage, so the order of kinds is fixed."""
@@ -597,10 +592,8 @@ def _check_tier_order(tiers: list[TierConfig]) -> None:
             "no objstore tier and no s3 tier; list exactly one of them, it is the durable bottom",
         )
 
-
 def _tiers_error(kinds: list[str], message: str) -> PydanticCustomError:
     return PydanticCustomError("tiers", message, {"config_key": "tiers", "config_value": kinds})
-
 
 def _check_capacities(tiers: list[TierConfig], block_size: int) -> None:
     """A tier that cannot hold one block would make every put fail."""
@@ -611,7 +604,6 @@ def _check_capacities(tiers: list[TierConfig], block_size: int) -> None:
                 f"smaller than one block (volume.block_size = {format_size(block_size)}); "
                 "use 'auto' or a larger size",
             )
-
 
 class Config(_Table):
     volume: VolumeConfig = Field(default_factory=VolumeConfig)
