@@ -16,6 +16,7 @@ import select
 import signal
 import stat
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -366,3 +367,42 @@ def tree_digest(*roots: Path) -> dict[str, tuple[int, str]]:
     return {str(path): (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
             for root in roots for path in sorted(root.rglob("*"))
             if path.is_file() and not path.is_symlink() and path.name != "aifs.log"}
+
+
+# --------------------------------------------------------------------------
+# metrics
+
+
+METRICS_CONFIG = """\
+[volume]
+state_dir = "{state}"
+block_size = "64KiB"
+
+[[tiers]]
+kind = "ram"
+capacity = "1MiB"
+
+[[tiers]]
+kind = "nvme"
+capacity = "64MiB"
+
+[[tiers]]
+kind = "objstore"
+
+[metrics]
+listen = "{listen}"
+"""
+
+
+def metrics_config(directory: Path, listen: str, extra: str = "") -> Path:
+    """A small local volume's config in `directory` (its state beside it) serving metrics on
+    `listen`, with `extra` lines appended to its [metrics] table."""
+    path = directory / "aifs.toml"
+    path.write_text(METRICS_CONFIG.format(state=directory / "state", listen=listen) + extra)
+    return path
+
+
+def metrics_text(port: int) -> str:
+    """The exposition a metrics endpoint on 127.0.0.1 serves, past any proxy settings."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()

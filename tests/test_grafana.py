@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from pathlib import Path
 
 import pytest
 import trio
+from helpers import metrics_config, metrics_text
 from prometheus_client.parser import text_string_to_metric_families
 
 from aifs.config import load_config
@@ -16,26 +16,6 @@ from aifs.metrics import serve_metrics
 from aifs.vfs.volume import Volume
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "aifs.json"
-
-CONFIG = """\
-[volume]
-state_dir = "{state}"
-block_size = "64KiB"
-
-[[tiers]]
-kind = "ram"
-capacity = "1MiB"
-
-[[tiers]]
-kind = "nvme"
-capacity = "64MiB"
-
-[[tiers]]
-kind = "objstore"
-
-[metrics]
-listen = "127.0.0.1:0"
-"""
 
 # The series a family of each type puts into the exposition, after its own name.
 SERIES_SUFFIXES = {
@@ -56,14 +36,11 @@ REQUIRED = {  # what the dashboard is for: requests, tiers, uploads
 def exported(tmp_path_factory) -> set[str]:
     """The series names a mount's endpoint serves, from the families it declares (a labelled
     family that saw no sample yet still declares its type)."""
-    state = tmp_path_factory.mktemp("grafana")
-    (state / "aifs.toml").write_text(CONFIG.format(state=state / "state"))
-    volume = Volume(load_config(state / "aifs.toml"))
+    volume = Volume(load_config(metrics_config(tmp_path_factory.mktemp("grafana"), "127.0.0.1:0")))
     server = serve_metrics(volume.config.metrics)
     try:
         server.watch(volume)
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        text = opener.open(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read().decode()
+        text = metrics_text(server.port)
     finally:
         server.close()
         trio.run(volume.close)

@@ -3,48 +3,23 @@
 from __future__ import annotations
 
 import os
-import urllib.request
 
 import pytest
 import trio
+from helpers import metrics_config, metrics_text
 
 from aifs.config import ConfigError, load_config
 from aifs.metrics import instrument_operations, serve_metrics
 from aifs.metrics.registry import REGISTRY
 from aifs.vfs.volume import Volume
 
-CONFIG = """\
-[volume]
-state_dir = "{state}"
-block_size = "64KiB"
-
-[[tiers]]
-kind = "ram"
-capacity = "1MiB"
-
-[[tiers]]
-kind = "nvme"
-capacity = "64MiB"
-
-[[tiers]]
-kind = "objstore"
-
-[metrics]
-listen = "{listen}"
-"""
-
-
 def config(tmp_path, listen: str, extra: str = ""):
-    path = tmp_path / "aifs.toml"
-    path.write_text(CONFIG.format(state=tmp_path / "state", listen=listen) + extra)
-    return load_config(path)
+    return load_config(metrics_config(tmp_path, listen, extra))
 
 
 def scrape(port: int) -> dict[str, float]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    text = opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     samples = {}
-    for line in text.splitlines():
+    for line in metrics_text(port).splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
