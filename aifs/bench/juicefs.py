@@ -67,9 +67,9 @@ def format_volume(meta_url: str, name: str, target: S3Target) -> None:
 @contextmanager
 def mounted(meta_url: str, node_dir: Path) -> Iterator[Path]:
     """One JuiceFS node: mounted at NODE_DIR/mnt with its cache and log in NODE_DIR, until
-    the block ends."""
+    the block ends. Mounted again in the same NODE_DIR, it finds its cache as it left it."""
     mountpoint = node_dir / "mnt"
-    mountpoint.mkdir(parents=True)
+    mountpoint.mkdir(parents=True, exist_ok=True)
     _run("mount", *QUIET, "-d", "--no-usage-report", "--no-syslog", "--writeback",
          "--cache-dir", str(node_dir / "cache"), "--log", str(node_dir / "juicefs.log"),
          meta_url, str(mountpoint))

@@ -4,6 +4,8 @@ import json
 
 from aifs.bench.workload import Result, Results
 
+TIME_UNITS = ("s", "ms", "µs")  # rows where less is better
+
 
 def _rows(results: Results) -> dict[str, Result]:
     """Every result name, in order, with one of its results (for the unit). Paths ran the same
@@ -22,6 +24,24 @@ def _number(value: float) -> str:
 
 def _ratio(first: Result | None, last: Result | None) -> str:
     return _number(first.value / last.value) if first and last and last.value else "-"
+
+
+def speedup(first: Result, second: Result) -> float:
+    """How many times as fast `first` is as `second`: their quotient, turned round for times."""
+    return second.value / first.value if first.unit in TIME_UNITS else first.value / second.value
+
+
+def plainly(times: float) -> str:
+    """A speed-up in words: "1.50x faster", or "2.00x slower" rather than "0.50x faster"."""
+    return f"{times:.2f}x faster" if times >= 1 else f"{1 / times:.2f}x slower"
+
+
+def _named_ratio(first: Result | None, second: Result | None) -> str:
+    """A ratio a mode asked for: the quotient of rates; for times, how many times faster in words,
+    as their bare quotient would read the wrong way round."""
+    if not (first and second and first.value and second.value):
+        return "-"
+    return plainly(speedup(first, second)) if first.unit in TIME_UNITS else _number(first.value / second.value)
 
 
 class _Footnotes:
@@ -51,16 +71,18 @@ def _align(rows: list[list[str]]) -> list[str]:
     return ["  ".join(j(c, w) for j, c, w in zip(justify, row, widths)).rstrip() for row in rows]
 
 
-def to_table(results: Results) -> str:
-    """One row per result, one column per path, and a first/last ratio column when comparing."""
+def to_table(results: Results, ratio: tuple[str, str] | None = None) -> str:
+    """One row per result, one column per path, and a first/last ratio column when comparing,
+    or the ratio of the two columns named in `ratio` (see _named_ratio)."""
     paths = list(results)
-    compare = len(paths) > 1
+    pair = ratio or ((paths[0], paths[-1]) if len(paths) > 1 else None)
+    quotient = _named_ratio if ratio else _ratio
     footnotes = _Footnotes(results)
-    rows = [["workload", "unit", *paths] + ([f"{paths[0]} / {paths[-1]}"] if compare else [])]
+    rows = [["workload", "unit", *paths] + ([f"{pair[0]} / {pair[1]}"] if pair else [])]
     for name, sample in _rows(results).items():
         per_path = [results[path].get(name) for path in paths]
-        ratio = [_ratio(per_path[0], per_path[-1])] if compare else []
-        rows.append([name, sample.unit, *map(footnotes.cell, per_path), *ratio])
+        cells = [quotient(*(results.get(path, {}).get(name) for path in pair))] if pair else []
+        rows.append([name, sample.unit, *map(footnotes.cell, per_path), *cells])
     lines = _align(rows)
     lines.insert(1, "-" * max(map(len, lines)))
     return "\n".join(lines + footnotes.lines())
@@ -85,8 +107,9 @@ def to_json(results: Results, scale: float, goals: list[str] | None = None) -> s
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-def render(results: Results, scale: float, as_json: bool, goals: list[str] | None = None) -> str:
-    """What `aifs bench` prints: JSON, or the table followed by a mode's goal lines."""
+def render(results: Results, scale: float, as_json: bool, goals: list[str] | None = None,
+           ratio: tuple[str, str] | None = None) -> str:
+    """What `aifs bench` prints: JSON, or the table (with a mode's `ratio` column) followed by its goal lines."""
     if as_json:
         return to_json(results, scale, goals)
-    return "\n".join([to_table(results), *(goals or [])])
+    return "\n".join([to_table(results, ratio), *(goals or [])])

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aifs.bench.measure import MiB
+from aifs.bench.measure import MiB, Stopwatch
 from aifs.bench.workload import BenchError
 from aifs.config.models import S3Tier as S3Settings
 from aifs.tiers.s3_client import make_client
@@ -169,6 +170,23 @@ class S3Target:
             pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix)
             keys = [entry["Key"] for page in pages for entry in page.get("Contents", [])]
         return [key for key in keys if key != self.prefix + MARKER_NAME]
+
+    def get_each(self, keys: list[str], threads: int) -> tuple[int, int]:
+        """GET each object once with boto3 alone, the keys dealt over `threads` threads: what
+        the endpoint gives a client that does nothing else. The bytes received and the ns it
+        took, the client made before the clock starts."""
+        client = self.client()
+
+        def get(batch: list[str]) -> int:
+            received = 0
+            for key in batch:
+                with s3_errors(f"GET s3://{self.bucket}/{key}"):
+                    received += len(client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+            return received
+
+        with Stopwatch() as watch, ThreadPoolExecutor(threads) as pool:
+            received = sum(pool.map(get, [keys[i::threads] for i in range(threads)]))
+        return received, watch.ns
 
 
 @contextmanager

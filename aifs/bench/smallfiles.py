@@ -29,7 +29,7 @@ def _files(ctx: Context) -> list[str]:
     return [os.path.join(dirs[i % len(dirs)], f"f{i:05d}") for i in range(ctx.scaled(FILES))]
 
 
-def _shuffled_files(ctx: Context) -> list[str]:
+def shuffled_files(ctx: Context) -> list[str]:
     """The small files in a random order, so readahead of neighbours cannot help."""
     files = _files(ctx)
     random.Random(SEED).shuffle(files)
@@ -48,24 +48,34 @@ def create(ctx: Context) -> list[Result]:
     return [Result(per_second(len(files), watch.ns), "files/s")]
 
 
-def _read_files(paths: list[str], size: int) -> None:
+def read_files(paths: list[str], size: int) -> None:
+    """Open, read and close each of `paths`, files of `size` bytes, one after another."""
     for path in paths:
         read_small_file(path, size)
 
 
-def read_back(ctx: Context, threads: int) -> list[Result]:
-    """Read every small file once from a cold cache, the files dealt out over `threads` threads."""
-    files = _shuffled_files(ctx)
-    read = partial(_read_files, size=ctx.scaled(FILE_SIZE))
-    note = ctx.drop_caches()
+def _read_pass(files: list[str], size: int, threads: int) -> int:
+    """Every file read once, the files dealt out over `threads` threads; the ns it took."""
+    read = partial(read_files, size=size)
     with Stopwatch() as watch, ThreadPoolExecutor(threads) as pool:
         list(pool.map(read, [files[i::threads] for i in range(threads)]))
-    return [Result(per_second(len(files), watch.ns), "files/s", note)]
+    return watch.ns
+
+
+def read_back(ctx: Context, threads: int, warm: bool = False) -> list[Result]:
+    """Read every small file once, the files dealt out over `threads` threads: from a cold
+    cache, or (`warm`) straight after an untimed pass, so that the caches hold them."""
+    files = shuffled_files(ctx)
+    size = ctx.scaled(FILE_SIZE)
+    if warm:
+        _read_pass(files, size, threads)
+    note = None if warm else ctx.drop_caches()
+    return [Result(per_second(len(files), _read_pass(files, size, threads)), "files/s", note)]
 
 
 def stat_all(ctx: Context) -> list[Result]:
     """os.stat every small file from a cold cache: the cost of a lookup plus getattr."""
-    files = _shuffled_files(ctx)
+    files = shuffled_files(ctx)
     note = ctx.drop_caches()
     with Stopwatch() as watch:
         for path in files:
@@ -73,7 +83,8 @@ def stat_all(ctx: Context) -> list[Result]:
     return [Result(per_second(len(files), watch.ns), "ops/s", note)]
 
 
-def _time_listdir(directory: str, entries: int) -> int:
+def time_listdir(directory: str, entries: int) -> int:
+    """The ns of one os.listdir of `directory`, which must hold `entries` names."""
     with Stopwatch() as watch:
         names = os.listdir(directory)
     if len(names) != entries:
@@ -81,14 +92,20 @@ def _time_listdir(directory: str, entries: int) -> int:
     return watch.ns
 
 
-def list_dir(ctx: Context) -> list[Result]:
-    """List one large directory of empty files; the median of a few runs damps noise."""
+def make_listing(ctx: Context, entries: int) -> str:
+    """A new directory of `entries` empty files, to be listed; its path."""
     directory = os.path.join(ctx.workdir, "list")
-    entries = ctx.scaled(LIST_ENTRIES)
     os.mkdir(directory)
     for i in range(entries):
         create_file(os.path.join(directory, f"e{i:05d}"), b"")
-    runs = [_time_listdir(directory, entries) for _ in range(LIST_RUNS)]
+    return directory
+
+
+def list_dir(ctx: Context) -> list[Result]:
+    """List one large directory of empty files; the median of a few runs damps noise."""
+    entries = ctx.scaled(LIST_ENTRIES)
+    directory = make_listing(ctx, entries)
+    runs = [time_listdir(directory, entries) for _ in range(LIST_RUNS)]
     return [Result(statistics.median(runs) / 1e6, "ms")]
 
 

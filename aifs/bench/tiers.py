@@ -21,16 +21,15 @@ wrong tier is an error, never a result.
 import os
 import random
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
 from aifs.bench import dataloader
 from aifs.bench.caches import CacheDropper
 from aifs.bench.fileio import forget_pages, pread_latencies, read_rate, write_synced
-from aifs.bench.measure import GiB, KiB, MiB, Stopwatch, per_second, percentile
-from aifs.bench.scratch import (BUCKET, S3Target, ScratchVolume, aifs_cli, check_source, s3_errors, s3_target,
-                                scratch_root, tier)
+from aifs.bench.measure import GiB, KiB, MiB, per_second, percentile
+from aifs.bench.scratch import (BUCKET, S3Target, ScratchVolume, aifs_cli, check_source, s3_target, scratch_root,
+                                tier)
 from aifs.bench.workload import BenchError, Context, Mode, Result, Results
 
 NAME = "tiers"
@@ -146,16 +145,8 @@ class _Bench:
 
     def _boto3_gets(self, keys: list[str]) -> float:
         """GETs per second of boto3 alone, each object once, spread over GET_THREADS threads."""
-        client = self.target.client()
-
-        def get(batch: list[str]) -> None:
-            for key in batch:
-                with s3_errors(f"GET s3://{self.target.bucket}/{key}"):
-                    client.get_object(Bucket=self.target.bucket, Key=key)["Body"].read()
-
-        with Stopwatch() as watch, ThreadPoolExecutor(GET_THREADS) as pool:
-            list(pool.map(get, [keys[i::GET_THREADS] for i in range(GET_THREADS)]))
-        return per_second(len(keys), watch.ns)
+        _, ns = self.target.get_each(keys, GET_THREADS)
+        return per_second(len(keys), ns)
 
     def seq_from_s3(self) -> Pair:
         """The sequential file through a fresh mount with NVMe wiped: every block from S3."""

@@ -60,6 +60,7 @@ class Mode:
     `run(base, scale, progress, s3_endpoint=None, bucket=..., s3_own_core=False)` returns Results whose columns
     are whatever the mode compares; `goals` turns them into lines naming each target. `options` names
     the further keyword arguments of `run` that only this mode takes (`aifs bench --nodes`, ...).
+    `ratio` names the two columns the table's ratio column compares (default: the first and the last).
     """
 
     name: str
@@ -67,3 +68,4 @@ class Mode:
     run: Callable[..., Results]
     goals: Callable[[Results], list[str]]
     options: tuple[str, ...] = ()
+    ratio: tuple[str, str] | None = None

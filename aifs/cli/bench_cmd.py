@@ -122,4 +122,5 @@ def bench(paths: tuple[str, ...], scale: float, only: list[str] | None, as_json:
     except (BenchError, OSError) as error:  # OSError: the scratch directory itself failed
         raise click.ClickException(str(error)) from error
     goals = MODES[mode].goals(results) if mode is not None else None
-    click.echo(report.render(results, scale, as_json, goals))
+    ratio = MODES[mode].ratio if mode is not None else None
+    click.echo(report.render(results, scale, as_json, goals, ratio))
