@@ -394,6 +394,17 @@ listen = "{listen}"
 """
 
 
+LOCAL_TIERS = """\
+[[tiers]]
+kind = "ram"
+capacity = "64MiB"
+
+[[tiers]]
+kind = "nvme"
+capacity = "1GiB"
+"""  # the RAM and NVMe tiers of the tests' small volumes, for configs that add their own bottom tier
+
+
 def metrics_config(directory: Path, listen: str, extra: str = "") -> Path:
     """A small local volume's config in `directory` (its state beside it) serving metrics on
     `listen`, with `extra` lines appended to its [metrics] table."""

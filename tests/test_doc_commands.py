@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import LOCAL_TIERS
 
 from aifs.fuse.mountinfo import find_mount, mounts
 from aifs.vfs.statedir import read_holder
@@ -58,14 +59,7 @@ state_dir = "{root}/state/{name}"
 [meta]
 shards = {shards}
 
-[[tiers]]
-kind = "ram"
-capacity = "64MiB"
-
-[[tiers]]
-kind = "nvme"
-capacity = "1GiB"
-
+""" + LOCAL_TIERS + """
 [[tiers]]
 kind = "objstore"
 path = "{root}/objects"

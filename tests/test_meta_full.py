@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TARGET, Volume, aifs_cli
+from helpers import LOCAL_TIERS
 from smallfs import SmallFs, small_fs_at
 
 pytestmark = [pytest.mark.skipif(TARGET == "local", reason="needs a real aifs mount"), pytest.mark.timeout_s(300)]
@@ -38,14 +39,7 @@ upload_bandwidth = "256KiB"
 [logging]
 file = "{log}"
 
-[[tiers]]
-kind = "ram"
-capacity = "64MiB"
-
-[[tiers]]
-kind = "nvme"
-capacity = "1GiB"
-path = "{nvme}"
+""" + LOCAL_TIERS + """path = "{nvme}"
 
 [[tiers]]
 kind = "objstore"

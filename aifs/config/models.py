@@ -426,6 +426,21 @@ class S3Tier(TierConfig):
 AnyTier = Annotated[RamTier | NvmeTier | ObjstoreTier | S3Tier | RemoteTier, Field(discriminator="kind")]
 
 
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
+def _bypass_socket(value: str) -> str:
+    """"auto", "off", or where the data socket of aifs.bypass is bound."""
+    if value in ("auto", "off"):
+        return value
+    if not value.startswith("/"):
+        raise PydanticCustomError("bypass_socket", "use 'auto', 'off' or an absolute path for the socket")
+    if len(value.encode()) > SOCKET_PATH_MAX:
+        raise PydanticCustomError("bypass_socket", "a Unix socket path has at most {limit} bytes; use a shorter one",
+                                  {"limit": SOCKET_PATH_MAX})
+    return value
+
+
 class FuseConfig(_Table):
     model_config = ConfigDict(allow_inf_nan=False)
 
@@ -435,6 +450,7 @@ class FuseConfig(_Table):
     entry_timeout: float = Field(60.0, ge=0, strict=True)
     read_ahead_kb: int = Field(1024, ge=0, le=65536, strict=True)
     direct_writes: bool = Field(True, strict=True)
+    bypass_socket: Annotated[str, AfterValidator(_bypass_socket)] = "auto"  # aifs.bypass: reads without FUSE
 
 
 class WritebackConfig(_Table):

@@ -10,6 +10,8 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from aifs.bypass.address import BypassUnavailable, Listening, listen
+from aifs.bypass.server import BypassServer
 from aifs.cluster.peers import PeerServeUnavailable
 from aifs.config import Config
 from aifs.control import SOCKET_NAME
@@ -50,13 +52,14 @@ def serve(config: Config, mountpoint: Path, lock: VolumeLock, accept_missing_mar
     keep_request_buffers()
     record = ExitRecord(os.getpid())
     record.write(config.volume.state_dir)
-    metrics = volume = None
+    metrics = volume = bypass = None
     try:
         metrics = serve_metrics(config.metrics)
+        bypass = listen(config)
         volume = Volume(config, lock, accept_missing_marker, str(mountpoint))
-        _serve(volume, config, mountpoint, metrics)
+        _serve(volume, config, mountpoint, metrics, bypass)
         record.finished = True
-    except (MetricsUnavailable, PeerServeUnavailable, S3SetupError, TransportUnavailable) as e:
+    except (MetricsUnavailable, BypassUnavailable, PeerServeUnavailable, S3SetupError, TransportUnavailable) as e:
         record.error = str(e)
         raise MountRefused(str(e)) from None
     except BaseException as e:
@@ -65,13 +68,16 @@ def serve(config: Config, mountpoint: Path, lock: VolumeLock, accept_missing_mar
     finally:
         if metrics is not None:
             metrics.close()
+        if bypass is not None:
+            bypass.close()
         if volume is not None and volume.left_pending is not None:
             record.pending_blocks, record.pending_bytes = volume.left_pending
             record.durable_tier = volume.tiers.durable_url()
         record.write(config.volume.state_dir)
 
 
-def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsServer | None) -> None:
+def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsServer | None,
+           bypass: Listening | None) -> None:
     if metrics is not None:
         metrics.watch(volume)
     timeouts = Timeouts(entry=config.fuse.entry_timeout, attr=config.fuse.attr_timeout)
@@ -81,19 +87,21 @@ def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsSer
         volume.meta.kv.subscribe(invalidate_kernel, from_others=True)  # the kernel saw this node's own
     log.info("mounted %s at %s", config.volume.state_dir, mountpoint)
     try:
-        trio.run(_run, volume, config, mountpoint)
+        trio.run(_run, volume, config, mountpoint, bypass)
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
 
 
-async def _run(volume: Volume, config: Config, mountpoint: Path) -> None:
+async def _run(volume: Volume, config: Config, mountpoint: Path, bypass: Listening | None) -> None:
     try:
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
             nursery.start_soon(_stop_on_signal, mountpoint, volume)
             control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
             await nursery.start(control.serve)
+            if bypass is not None:
+                await nursery.start(BypassServer(bypass, volume, mountpoint).serve)
             threading.Thread(target=_set_read_ahead, args=(mountpoint, config.fuse.read_ahead_kb),
                              name="aifs-read-ahead", daemon=True).start()
             # What start-up built (modules, the S3 client's service models) lives as long as

@@ -8,6 +8,8 @@ import stat
 
 import pyfuse3
 
+from aifs.bypass.address import advertised
+from aifs.bypass.protocol import XATTR as BYPASS_XATTR
 from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
 from aifs.fuse.cachemode import CacheModes
 from aifs.fuse.errors import translate_errors
@@ -139,6 +141,8 @@ class AifsOperations(pyfuse3.Operations):
     # -- extended attributes -----------------------------------------------
 
     async def getxattr(self, inode, name, ctx):
+        if name == BYPASS_XATTR and inode == pyfuse3.ROOT_INODE:  # only the root: paths are relative to it
+            return advertised(self.vol.config)
         if name == STATE_XATTR:
             return json.dumps(self.vol.file_state(inode)).encode()
         return self.ns.get_xattr(inode, name)

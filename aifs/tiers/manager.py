@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
@@ -50,6 +51,7 @@ from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.priority import Priority, PriorityLimiter, Ticket
 from aifs.tiers.protocol import ColdTier, PeerTier, RemoteTier, Tier
 from aifs.tiers.ram import RamTier
+from aifs.tiers.records import Location
 
 log = logging.getLogger(__name__)
 
@@ -282,9 +284,12 @@ class TierManager:
             self.nvme.delete(block_id)
 
     def _count(self, tier: Tier, data: bytes) -> None:
+        self._count_bytes(tier, len(data))
+
+    def _count_bytes(self, tier: Tier, nbytes: int) -> None:
         stats = self.stats[tier.name]
         stats.hits += 1
-        stats.bytes_read += len(data)
+        stats.bytes_read += nbytes
 
     # -- offers to the remote tier (background, bounded, never waited for) ---------------
 
@@ -559,6 +564,51 @@ class TierManager:
         if target is self.nvme and not self.nvme.contains(block_id):
             await trio.to_thread.run_sync(self.nvme.put, block_id, data)
         return target.contains(block_id)
+
+    # -- readers outside the mount (aifs.bypass): what this node holds, unverified ------------
+    # Those readers check every block against its checksum themselves, as the read path does.
+
+    def record_of(self, block_id: int) -> Location | None:
+        """The NVMe record that holds the block, for a reader of the segment file itself."""
+        location = self.nvme.locate(block_id)
+        if location is not None:
+            self._count_bytes(self.nvme, location.length)
+        return location
+
+    def in_memory(self, block_id: int) -> bytes | None:
+        """The RAM tier's copy of the block (a use of it, as a read through the mount is)."""
+        data = self.ram.get(block_id)
+        if data is not None:
+            self._count(self.ram, data)
+        return data
+
+    def segment_path(self, number: int) -> Path:
+        """The file of NVMe segment `number` (records name their segment by number)."""
+        return self.nvme.segment_path(number)
+
+    async def read_local(self, block_ids: list[int]) -> dict[int, bytes]:
+        """The copies of these blocks that this node holds: from RAM, else from NVMe in one trip
+        to the I/O threads. Blocks in neither tier are left out."""
+        found = {}
+        on_disk = []
+        for block_id in block_ids:
+            data = self.in_memory(block_id)
+            if data is not None:
+                found[block_id] = data
+            elif self.nvme.contains(block_id):
+                on_disk.append(block_id)
+        if on_disk:
+            found.update(await self._io_limiter.run(Ticket(Priority.DEMAND), self._read_nvme, on_disk))
+        return found
+
+    def _read_nvme(self, block_ids: list[int]) -> dict[int, bytes]:
+        found = {}
+        for block_id in block_ids:
+            data = self.nvme.get(block_id)
+            if data is not None:
+                self._count(self.nvme, data)
+                found[block_id] = data
+        return found
 
     def recover_staged(self, pending: Mapping[int, int]) -> list[int]:
         """After a start, with the pending uploads (block id -> checksum): those stay staged as

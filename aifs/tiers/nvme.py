@@ -89,6 +89,14 @@ class NvmeTier:
             log.warning("block %016x vanished from NVMe while being read: %s", block_id, e)
             return None
 
+    def locate(self, block_id: int) -> Location | None:
+        """Where the block's record sits, for a reader of the segment file itself; a use, as a get is."""
+        with self._lock:
+            location = self._index.get(block_id)
+            if location is not None and block_id in self._clean:
+                self._clean.move_to_end(block_id)
+            return location
+
     def read_into(self, block_id: int, buf: bytearray) -> bool:
         """The whole block into `buf` (resized to it); False when it is not here."""
         with self._lock:

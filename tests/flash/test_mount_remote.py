@@ -18,7 +18,7 @@ import time
 import pytest
 import trio
 from conftest import Volume, aifs_cli  # tests/conftest.py: mount, umount and cleanup of one volume
-from tests.helpers import random_page_reads
+from tests.helpers import LOCAL_TIERS, random_page_reads
 
 from aifs.tiers.background import BackgroundCalls
 from aifs.flash.tier import RemoteFlashTier
@@ -39,14 +39,7 @@ CONFIG = """\
 state_dir = "{state_dir}"
 block_size = "1MiB"
 
-[[tiers]]
-kind = "ram"
-capacity = "64MiB"
-
-[[tiers]]
-kind = "nvme"
-capacity = "1GiB"
-
+""" + LOCAL_TIERS + """
 [[tiers]]
 kind = "remote"
 servers = [{servers}]

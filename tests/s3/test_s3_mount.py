@@ -7,6 +7,7 @@ import time
 
 import pytest
 from conftest import Volume  # tests/conftest.py: mount, umount and cleanup of one volume
+from helpers import LOCAL_TIERS
 
 from aifs.config.models import PiB
 from aifs.tiers.s3 import S3Tier
@@ -23,14 +24,7 @@ CONFIG = """\
 state_dir = "{state_dir}"
 block_size = "1MiB"
 
-[[tiers]]
-kind = "ram"
-capacity = "64MiB"
-
-[[tiers]]
-kind = "nvme"
-capacity = "1GiB"
-
+""" + LOCAL_TIERS + """
 [[tiers]]
 kind = "s3"
 endpoint = "{endpoint}"

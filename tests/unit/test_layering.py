@@ -10,7 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "aifs"
 TIER_ATTRIBUTES = {"nvme", "ram", "cold", "remote", "peers"}
 CONCRETE_TIERS = {"aifs.tiers.nvme", "aifs.tiers.ram", "aifs.tiers.objstore", "aifs.tiers.s3", "aifs.flash.tier"}
-ABOVE_THE_TIERS = ("vfs", "fuse", "metrics")
+ABOVE_THE_TIERS = ("vfs", "fuse", "metrics", "bypass", "client")
 
 
 def _modules(*packages: str) -> list[Path]:

@@ -1,0 +1,94 @@
+"""A path below the mount's root to the file it names, as the kernel would walk it for the caller
+under default_permissions: search permission on every directory, then read permission on the
+file. What only the kernel can judge (symbolic links, POSIX ACLs) is a Fallback."""
+
+import errno
+import stat
+
+from aifs.bypass.caller import MAY_READ, MAY_SEARCH, Caller
+from aifs.errors import FsError
+from aifs.meta import Inode, MetaEngine
+from aifs.meta.engine import ROOT_INO
+
+ACL_XATTR = b"system.posix_acl_access"
+_UNWALKED = (b"", b".", b"..")
+
+
+class Fallback(Exception):
+    """The file must be read through the mount; the message says why."""
+
+
+class Resolver:
+    """Resolves the paths of one request; each directory met is walked once per request (never
+    longer: a later request sees renames and mode changes)."""
+
+    def __init__(self, meta: MetaEngine, caller: Caller, fresh: bool) -> None:
+        """`fresh`: the file's attributes come from the engine itself (a shared volume, where an
+        open asks it too), not from this node's cache."""
+        self.meta = meta
+        self.caller = caller
+        self.fresh = fresh
+        self._dirs: dict[bytes, int | Exception] = {}
+
+    def file(self, path: bytes) -> tuple[int, Inode]:
+        """(inode, attributes) of the regular file at `path`, which the caller may read; raises
+        FsError with the errno the open through the mount would give, or Fallback."""
+        if not path:
+            return self._readable(ROOT_INO, self.meta.getattr(ROOT_INO))
+        parent_path, _, name = path.rpartition(b"/")
+        if name in _UNWALKED:
+            raise Fallback("the path has '.', '..' or empty components")
+        ino, node = self.meta.lookup(self._directory(parent_path), name)
+        if self.fresh and not node.frozen:
+            node = self.meta.getattr(ino, fresh=True)
+        return self._readable(ino, node)
+
+    def _readable(self, ino: int, node: Inode) -> tuple[int, Inode]:
+        if stat.S_ISLNK(node.mode):
+            raise Fallback("a symbolic link")
+        self._no_acl(ino)
+        if stat.S_ISDIR(node.mode):
+            raise FsError(errno.EISDIR if self._may(node, MAY_READ) else errno.EACCES)
+        if not stat.S_ISREG(node.mode):
+            raise Fallback("not a regular file")
+        if not self._may(node, MAY_READ):
+            raise FsError(errno.EACCES)
+        return ino, node
+
+    def _directory(self, path: bytes) -> int:
+        """The inode of the directory at `path` (b"": the root), which the caller may search."""
+        known = self._dirs.get(path)
+        if known is None:
+            try:
+                known = self._walk(path)
+            except (FsError, Fallback) as e:
+                known = e
+            self._dirs[path] = known
+        if isinstance(known, Exception):
+            raise known
+        return known
+
+    def _walk(self, path: bytes) -> int:
+        if path:
+            parent_path, _, name = path.rpartition(b"/")
+            if name in _UNWALKED:
+                raise Fallback("the path has '.', '..' or empty components")
+            ino, node = self.meta.lookup(self._directory(parent_path), name)
+        else:
+            ino, node = ROOT_INO, self.meta.getattr(ROOT_INO)
+        if stat.S_ISLNK(node.mode):
+            raise Fallback("a symbolic link in the path")
+        if not stat.S_ISDIR(node.mode):
+            raise FsError(errno.ENOTDIR)
+        self._no_acl(ino)
+        if not self._may(node, MAY_SEARCH):
+            raise FsError(errno.EACCES)
+        return ino
+
+    def _no_acl(self, ino: int) -> None:
+        """The kernel checks an ACL; mode bits alone would not say what it allows."""
+        if self.meta.has_xattr(ino, ACL_XATTR):
+            raise Fallback("a POSIX ACL")
+
+    def _may(self, node: Inode, want: int) -> bool:
+        return self.caller.may(node.mode, node.uid, node.gid, want)

@@ -1,0 +1,92 @@
+"""One reader's connection to the data socket: its identity, the segment descriptors it holds,
+and the answers to its requests."""
+
+import errno
+import os
+from pathlib import Path
+from typing import Annotated
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aifs.bypass.caller import Caller
+from aifs.bypass.protocol import MAX_PATH_BYTES, MAX_PATHS, VERSION
+from aifs.bypass.reply import Reply, Segments
+from aifs.bypass.resolve import Fallback, Resolver
+from aifs.control.wire import ProtocolError, decode, encode
+from aifs.errors import FsError
+from aifs.vfs.volume import Volume
+
+FAIR_SHARE = 16  # paths answered between turns of the event loop: FUSE requests wait no longer
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    v: int
+    id: int
+    paths: list[Annotated[bytes, Field(max_length=MAX_PATH_BYTES)]] = Field(max_length=MAX_PATHS)
+    forget: list[int] = []
+
+
+def parse(body: bytes) -> Request:
+    try:
+        request = Request.model_validate(decode(body))
+    except ValidationError as e:
+        raise ProtocolError(f"not a data socket request: {e.errors()[0]['msg']} at "
+                            f"{'.'.join(map(str, e.errors()[0]['loc']))}") from None
+    if request.v != VERSION:
+        raise ProtocolError(f"this mount speaks version {VERSION} of the data socket, not {request.v}")
+    return request
+
+
+class Session:
+    def __init__(self, volume: Volume, caller: Caller, mountpoint: Path) -> None:
+        self.vol = volume
+        self.caller = caller
+        self.segments = Segments()
+        self._refusal = self._refusal_for(mountpoint)
+
+    def _refusal_for(self, mountpoint: Path) -> dict | None:
+        """The one answer to all of this caller's paths, when the mount itself stops them: without
+        allow_other the kernel lets only the mount's owner in; directories above the mountpoint
+        that the caller cannot search are the kernel's to judge."""
+        if not self.vol.config.fuse.allow_other and self.caller.uid != os.getuid():
+            return {"errno": errno.EACCES}
+        if not self.caller.reaches(mountpoint):
+            return {"fallback": "the directories above the mountpoint are closed to this user"}
+        return None
+
+    async def answer(self, body: bytes) -> tuple[bytes, list[int]]:
+        """The encoded reply to a request, and the descriptors to send with it (the caller closes
+        them through `self.segments.sent()` once sent); raises ProtocolError for a bad request."""
+        request = parse(body)
+        self.segments.held.difference_update(request.forget)
+        reply = Reply(self.vol, self.segments, self.caller.is_root)
+        resolver = Resolver(self.vol.meta, self.caller, fresh=self.vol.cluster is not None)
+        files = []
+        for path in request.paths:
+            files.append(self._answer(path, resolver, reply))
+            if len(files) % FAIR_SHARE == 0:
+                await trio.lowlevel.checkpoint()
+        await reply.fill()
+        message = {"v": VERSION, "id": request.id, "block_size": self.vol.meta.block_size, "files": files,
+                   "segments": self.segments.new}
+        return encode(message), self.segments.fds
+
+    def _answer(self, path: bytes, resolver: Resolver, reply: Reply) -> dict:
+        if self._refusal is not None:
+            return self._refusal
+        if reply.full:
+            return {"again": True}
+        try:
+            return reply.add_file(*resolver.file(path))
+        except FsError as e:
+            return {"errno": e.errno}
+        except Fallback as e:
+            return {"fallback": str(e)}
+
+
+def refusal(error: ProtocolError) -> bytes:
+    """The reply to a request the server cannot take; the connection closes after it."""
+    return encode({"v": VERSION, "error": str(error)})
