@@ -14,6 +14,7 @@ from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
 from aifs.fuse.cachemode import CacheModes
 from aifs.fuse.errors import translate_errors
 from aifs.fuse.listing import DirListing
+from aifs.fuse.replies import open_reply, opendir_reply
 from aifs.metrics import instrument_operations
 from aifs.vfs.openfile import Handle
 from aifs.vfs.volume import Volume
@@ -141,10 +142,10 @@ class AifsOperations(pyfuse3.Operations):
     # -- extended attributes -----------------------------------------------
 
     async def getxattr(self, inode, name, ctx):
-        if name == BYPASS_XATTR and inode == pyfuse3.ROOT_INODE:  # only the root: paths are relative to it
-            return advertised(self.vol.config)
         if name == STATE_XATTR:
             return json.dumps(self.vol.file_state(inode)).encode()
+        if name == BYPASS_XATTR and inode == pyfuse3.ROOT_INODE:  # only the root: paths are relative to it
+            return advertised(self.vol.config)
         return self.ns.get_xattr(inode, name)
 
     async def setxattr(self, inode, name, value, ctx):
@@ -165,8 +166,9 @@ class AifsOperations(pyfuse3.Operations):
         handle = self._files[fh] = self.vol.open(inode, for_reading=not write_only,
                                                  for_writing=flags & os.O_ACCMODE != os.O_RDONLY)
         mode = self._modes.open(fh, inode, wants_direct)
-        return pyfuse3.FileInfo(fh=fh, direct_io=mode.direct_io,
-                                keep_cache=mode.keep_cache and not handle.stale_pages)
+        quiet_close = flags & os.O_ACCMODE == os.O_RDONLY and not self.vol.locks.posix_held(inode)
+        return open_reply(fh, direct_io=mode.direct_io, keep_cache=mode.keep_cache and not handle.stale_pages,
+                          noflush=quiet_close)
 
     def _may_write_directly(self, inode: int) -> bool:
         """Set-id and capability-carrying files stay cached: a write through the cache has the
@@ -224,12 +226,12 @@ class AifsOperations(pyfuse3.Operations):
         self.ns.directory(inode)
         fh = self._new_fh()
         self._dirs[fh] = DirListing(inode)
-        return fh
+        return opendir_reply(fh)
 
     async def readdir(self, fh, start_id, token):
         listing = self._dirs[fh]
-        for name, ino, next_id in listing.entries(self.vol.meta, start_id):
-            if not pyfuse3.readdir_reply(token, name, self._entry(ino), next_id):
+        for name, ino, node, next_id in listing.entries(self.vol, start_id):
+            if not pyfuse3.readdir_reply(token, name, entry_attributes(ino, node, self.timeouts), next_id):
                 return
             listing.accepted(name)
 

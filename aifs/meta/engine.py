@@ -105,6 +105,11 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
             raise FsError(errno.ENOENT, f"inode {ino} does not exist")
         return Inode.decode(data)
 
+    def getattrs(self, inos: list[int]) -> list[Inode | None]:
+        """Attributes of many inodes in one engine round trip; None for an inode that is gone."""
+        found = self.kv.multi_get([keys.inode(ino) for ino in inos])
+        return [None if data is None else Inode.decode(data) for data in found]
+
     def lookup(self, parent: int, name: bytes) -> tuple[int, Inode]:
         txn = Txn(self.kv)
         node = txn.directory(parent)

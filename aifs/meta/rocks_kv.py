@@ -151,7 +151,16 @@ class ShardedRocksKV(WritableByCheck):
     get_fresh = get
 
     def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        return [self._family(key).get(key) for key in keys]
+        """One batched read per column family the keys live in (a listing's attributes)."""
+        by_family: dict[int | None, list[int]] = {}
+        for position, key in enumerate(keys):
+            by_family.setdefault(self._shard(key), []).append(position)
+        found: list[bytes | None] = [None] * len(keys)
+        for shard, positions in by_family.items():
+            family = self._meta if shard is None else self._families[shard]
+            for position, value in zip(positions, family.get([keys[p] for p in positions])):
+                found[position] = value
+        return found
 
     def counter(self, key: bytes) -> int:
         stored = self.get(key)

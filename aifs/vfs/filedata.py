@@ -11,7 +11,7 @@ from collections.abc import Callable
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
-from aifs.tiers.checksum import chunk_span
+from aifs.tiers.checksum import Buffer, chunk_span
 from aifs.tiers.manager import TierManager
 from aifs.vfs.elsewhere import StagedElsewhere
 from aifs.vfs.blockbuffer import BlockBuffer, BufferPool
@@ -21,6 +21,10 @@ from aifs.vfs.prefetch import Prefetcher
 
 MAX_DIRTY_PER_FILE = 64 << 20
 PROMOTE_HEAT = 2.5  # about three ranged reads of one block within minutes: fetch it whole
+# Small random reads that have touched this many of a file's blocks (a 32nd of them, and at
+# least 4) read the file broadly: every block they touch from then on is fetched whole.
+BROAD_FRACTION = 1 / 32
+BROAD_MIN_BLOCKS = 4
 
 
 class FileData:
@@ -56,7 +60,7 @@ class FileData:
             for i in range(first, last + 1)
         ]
 
-    async def read(self, ino: int, of: OpenFile | None, size_now: int, offset: int, size: int) -> bytes:
+    async def read(self, ino: int, of: OpenFile | None, size_now: int, offset: int, size: int) -> Buffer:
         end = min(offset + size, size_now)
         if offset >= end:
             return b""
@@ -79,6 +83,8 @@ class FileData:
             parts.append(chunk)
             if len(chunk) < hi - lo:
                 parts.append(bytes(hi - lo - len(chunk)))
+        if len(parts) == 1:
+            return parts[0]  # a view of one block goes to the kernel without a copy here
         return b"".join(parts)
 
     def _read_ahead(self, of: OpenFile, offset: int, end: int, size_now: int) -> None:
@@ -104,7 +110,7 @@ class FileData:
         a block fetched ahead was not used yet, so its first read is no re-use either.
         """
         if of is not None and self._wants_range(of, ref, lo, hi):
-            return await self._read_range(ref, lo, hi)
+            return await self._read_range(ref, lo, hi, broadly=self._read_broadly(of, ref))
         promote = of is None or of.last_block != ref.block_id
         if of is not None:
             if of.readahead is not None and of.readahead.first_read(ref.block_id):
@@ -119,12 +125,22 @@ class FileData:
         start, end = chunk_span(lo, min(hi, ref.length), ref.length)
         return random and of.ranged and bool(ref.sums) and end - start <= ref.length // 2
 
-    async def _read_range(self, ref: BlockRef, lo: int, hi: int) -> bytes:
-        """The range alone; a block read this way often enough is fetched whole in the
-        background (heat-driven promotion), so that NVMe and RAM come to hold it."""
+    def _read_broadly(self, of: OpenFile, ref: BlockRef) -> bool:
+        """Whether small random reads of this file have spread over enough of its blocks
+        that each block they touch is likely to be read again soon."""
+        of.ranged_blocks.add(ref.block_id)
+        blocks = -(-of.size // self.bs)
+        return len(of.ranged_blocks) >= max(BROAD_MIN_BLOCKS, blocks * BROAD_FRACTION)
+
+    async def _read_range(self, ref: BlockRef, lo: int, hi: int, broadly: bool) -> bytes:
+        """The range alone. Its whole block is fetched in the background, so that NVMe and
+        RAM come to hold it, once the file is being read `broadly` or the block itself was
+        read this way often enough (heat-driven promotion)."""
         hi = min(hi, ref.length)
         if lo >= hi:
             return b""
+        if self.prefetch is not None and broadly and not self.tiers.holds("nvme", ref.block_id):
+            self.prefetch.fetch([ref])
         data = await self._elsewhere.read(ref.block_id, lambda: self.tiers.read_range(
             ref.block_id, ref.length, ref.sums, ref.offset + lo, ref.offset + hi))
         if self.prefetch is not None and self.heat.blocks.value(ref.block_id) >= PROMOTE_HEAT:

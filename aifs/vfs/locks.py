@@ -101,6 +101,11 @@ class FileLocks:
         request = LockRecord(FLOCK, 0, owner, fh, 0, _FLOCK_TYPES[op & ~fcntl.LOCK_NB])
         await self._request(ino, request, None if op & fcntl.LOCK_NB else interrupted)
 
+    def posix_held(self, ino: int) -> bool:
+        """Whether a process here holds POSIX locks on `ino`: the close of any descriptor of
+        the file must then reach the mount, which releases that process's locks."""
+        return any(kind == POSIX and held == ino for kind, held, _ in self._holders)
+
     def closed(self, ino: int, fh: int) -> None:
         """The last close of open file `fh`: locks taken through it and not released go now."""
         if fh in self._files:

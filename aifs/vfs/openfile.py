@@ -15,7 +15,8 @@ class OpenFile:
     staged since the last fsync; `last_block` is the block read last, so that a
     pass reading one block in pieces counts as one use. `lock` orders writes,
     seals and truncates. `readahead` follows the access pattern (None: no readahead);
-    `ranged` is the path's rule on small random reads (fetch chunks, or whole blocks).
+    `ranged` is the path's rule on small random reads (fetch chunks, or whole blocks), and
+    `ranged_blocks` the blocks they touched, which tells a sparse reader from a broad one.
     `written` says a handle wrote to it since it was opened; `held`, that this node holds it
     open in a shared volume's engine (aifs.meta.sessions).
     """
@@ -30,6 +31,7 @@ class OpenFile:
         self.last_block: int | None = None
         self.readahead: Readahead | None = None
         self.ranged = True  # small random reads may fetch chunks instead of whole blocks
+        self.ranged_blocks: set[int] = set()  # blocks small random reads fetched chunks of
         self.written = False
         self.held = False
         self.lock = trio.Lock()

@@ -14,6 +14,7 @@ from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.attrs import BlockRef
 from aifs.meta.engines import open_kv
+from aifs.tiers.checksum import Buffer
 from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.adoption import Adopter
 from aifs.vfs.cluster import ClusterNode
@@ -180,7 +181,14 @@ class Volume:
 
     def getattr(self, ino: int) -> Inode:
         """Attributes with the live size and mtime of an open file."""
-        node = self.meta.getattr(ino)
+        return self._live(ino, self.meta.getattr(ino))
+
+    def getattrs(self, inos: list[int]) -> list[Inode | None]:
+        """`getattr` of many inodes at once (a directory listing); None for one that is gone."""
+        nodes = self.meta.getattrs(inos)
+        return [None if node is None else self._live(ino, node) for ino, node in zip(inos, nodes)]
+
+    def _live(self, ino: int, node: Inode) -> Inode:
         of = self.files.get(ino)
         if of is not None:
             node.size = of.size
@@ -256,7 +264,7 @@ class Volume:
             return rule.direct_writes
         return self.config.fuse.direct_writes
 
-    async def read(self, handle: Handle, offset: int, size: int) -> bytes:
+    async def read(self, handle: Handle, offset: int, size: int) -> Buffer:
         of = handle.file
         return await self.data.read(of.ino, of, of.size, offset, size)
 

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Build pyfuse3 with pyfuse3-3.5.0-locks.patch and install it into the virtual environment $1.
+# Build pyfuse3 with pyfuse3-3.5.0-aifs.patch and install it into the virtual environment $1.
 #   bash deploy/patches/install-pyfuse3.sh /opt/aifs
 #
 # Released pyfuse3 does not pass file lock requests on, so the kernel keeps flock and fcntl
 # locks per mount; patched, it hands them to aifs, which keeps them for every node of a shared
-# volume. The release's sdist is patched and built with Cython from PyPI (a build requirement
-# of pyfuse3). The version is 3.5.0 with a local label naming the patch: aifs's pin
-# `pyfuse3==3.5.0` is met, so a later `pip install .` keeps this build (and brings pyfuse3's
-# own dependency, trio), and a venv that has this very build is left as it is.
+# volume. The patch also lets open and opendir replies carry FOPEN_NOFLUSH and FOPEN_CACHE_DIR,
+# so read-only closes cost no request and listings can stay in the kernel, and it takes a
+# request already queued on the FUSE device at once instead of first waiting for the device
+# to be readable (a lock and a scheduler pass per request). The release's sdist is patched
+# and built with Cython from PyPI (a build requirement of pyfuse3). The version is 3.5.0 with
+# a local label naming the patch: aifs's pin `pyfuse3==3.5.0` is met, so a later
+# `pip install .` keeps this build (and brings pyfuse3's own dependency, trio), and a venv
+# that has this very build is left as it is.
 set -euo pipefail
 
 version=3.5.0
 python="$1/bin/python"
-patch_file="$(cd "$(dirname "$0")" && pwd)/pyfuse3-${version}-locks.patch"
-build="${version}+locks.$(sha256sum "$patch_file" | cut -c1-12)"  # names the patch it was built with
+patch_file="$(cd "$(dirname "$0")" && pwd)/pyfuse3-${version}-aifs.patch"
+build="${version}+aifs.$(sha256sum "$patch_file" | cut -c1-12)"  # names the patch it was built with
 installed="$("$python" -c 'from importlib.metadata import version; print(version("pyfuse3"))' 2>/dev/null || true)"
 [ "$installed" = "$build" ] && exit 0
 

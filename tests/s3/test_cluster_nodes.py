@@ -62,6 +62,17 @@ def test_rename_unlink_and_chmod_on_one_node_are_seen_on_the_others(make_cluster
         assert (node / "dir" / "renamed").read_bytes() == b"moved"
 
 
+def test_a_listing_cached_on_one_node_shows_what_another_adds_and_removes(make_cluster) -> None:
+    a, b = mount_all(make_cluster(2))
+    (a / "dir").mkdir()
+    (a / "dir" / "old").write_bytes(b"")
+    for _ in range(2):  # the second listing comes from b's kernel cache
+        assert os.listdir(b / "dir") == ["old"]
+    (a / "dir" / "new").write_bytes(b"")
+    os.unlink(a / "dir" / "old")
+    _seen(lambda: os.listdir(b / "dir") == ["new"])
+
+
 def _build(root: Path, node: int, files: int, errors: list[BaseException]) -> None:
     """One node's share of the tree: files in a directory shared by all, in its own, and a
     subdirectory per batch in the shared one."""

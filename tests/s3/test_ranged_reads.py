@@ -1,6 +1,7 @@
 """Small random reads of a file held only in S3 fetch ranged GETs of the chunks they need, not
-whole blocks; a block read that way a few times is fetched whole in the background and then
-served locally; a path with `fetch = "block"` always fetches whole blocks."""
+whole blocks, while they stay within a few of its blocks; a block read that way a few times, and
+every block touched once the reads have spread over the file, is fetched whole in the background
+and then served locally; a path with `fetch = "block"` always fetches whole blocks."""
 
 import os
 
@@ -32,13 +33,29 @@ def s3_read(volume) -> tuple[int, int]:
     return tier["hits"], tier["bytes_read"]
 
 
-def test_random_pages_fetch_one_chunk_each(make_s3_volume, moto_server, bucket):
+def test_sparse_random_pages_fetch_one_chunk_each(make_s3_volume, moto_server, bucket):
     volume, data = cold_file(make_s3_volume, moto_server, bucket, "index.bin")
-    jumps = [1, 7, 3, 9, 5, 11, 2, 8, 4, 10, 6]  # never the same or the next block: a random reader
+    jumps = [1, 7, 3]  # never the same or the next block: a random reader, in few of the file's blocks
     offsets = [b * BLOCK + (b * 37 % (BLOCK // PAGE)) * PAGE for b in jumps]
     got = random_page_reads(volume.path / "index.bin", offsets)
     assert got == [data[o:o + PAGE] for o in offsets]
     assert s3_read(volume) == (len(offsets), len(offsets) * CHUNK), "one chunk per read, never a block"
+
+
+def test_random_pages_spread_over_the_file_fetch_the_blocks_they_touch(make_s3_volume, moto_server, bucket):
+    volume, data = cold_file(make_s3_volume, moto_server, bucket, "broad.bin")
+    path = volume.path / "broad.bin"
+    jumps = [1, 7, 3, 9, 5, 11, 2, 8]  # the 4th distinct block makes the reader a broad one
+    offsets = [b * BLOCK + 3 * CHUNK + 100 for b in jumps]
+    assert random_page_reads(path, offsets) == [data[o:o + PAGE] for o in offsets]
+    wait_for(lambda: s3_read(volume)[1] >= 5 * BLOCK, "the blocks touched from the 4th on to be fetched whole")
+    before = s3_read(volume)
+    again = [b * BLOCK + 9 * CHUNK for b in jumps[3:]]
+    assert random_page_reads(path, again) == [data[o:o + PAGE] for o in again]
+    assert s3_read(volume) == before, "blocks fetched whole are read locally"
+    early = [b * BLOCK + 9 * CHUNK for b in jumps[:3]]
+    assert random_page_reads(path, early) == [data[o:o + PAGE] for o in early]
+    assert s3_read(volume)[0] > before[0], "blocks read before the reader was seen to be broad stay in S3"
 
 
 def test_a_block_read_often_is_fetched_whole_and_then_served_locally(make_s3_volume, moto_server, bucket):

@@ -84,12 +84,13 @@ def test_first_read_of_a_prefetched_block_is_not_a_reuse():
     assert ra.first_read(7) is False
 
 
-def _random_reads(path, nblocks: int) -> None:
+def _random_reads(path, nblocks: int, touches: int) -> None:
+    """One page in each of `touches` blocks of an `nblocks` file, never two neighbours in a row."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        for i in range(nblocks):
+        for i in range(touches):
             block = (3 + 7 * i) % nblocks  # never two neighbours in a row
             assert len(os.pread(fd, 4096, block * BS + 100)) == 4096
     finally:
@@ -105,7 +106,7 @@ def test_mount_reads_ahead_on_sequential_reads_only(tiered):
     volume.make_cold()
 
     before = volume.status()["readahead"]["blocks"]
-    _random_reads(volume.path / "rand.bin", 24)
+    _random_reads(volume.path / "rand.bin", 24, touches=3)  # a sparse reader: chunks, never whole blocks
     assert volume.status()["readahead"]["blocks"] == before
 
     assert read_uncached(volume.path / "seq.bin") == data
