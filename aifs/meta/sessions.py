@@ -150,9 +150,11 @@ class Session:
             raise
         return True
 
-    def let_go(self, ino: int) -> None:
+    def let_go(self, inos: Iterable[int]) -> None:
+        """Give back the holds of these inodes, in one commit."""
         batch = Batch()
-        batch.delete(keys.holder(ino, self.sid))
+        for ino in inos:
+            batch.delete(keys.holder(ino, self.sid))
         self._kv.commit(batch)
 
     # -- watching the others -----------------------------------------------

@@ -111,6 +111,7 @@ class Volume:
             self.cluster.session.advertise(self.peer_server.address)
         if self.cluster is not None and self.adopter is not None:
             nursery.start_soon(self.cluster.run)
+            nursery.start_soon(self.cluster.let_go_in_batches)
             nursery.start_soon(self.adopter.run)
             self.meta.kv.subscribe(partial(self._rushed, trio.lowlevel.current_trio_token()), from_others=True)
         self.spawn(self.pinner.restore)
@@ -364,9 +365,10 @@ class Volume:
             return
         if of.written and not self.files.writing:
             self.uploader.writers_closed()
+        removed = self.meta.getattr(of.ino).nlink == 0  # on a shared volume, a removal elsewhere is pushed here
         if of.held:
-            self.cluster.closed(of.ino)
-        if self.meta.getattr(of.ino).nlink == 0:  # on a shared volume, a removal elsewhere is pushed here
+            self.cluster.closed(of.ino, removed)
+        if removed:
             self.meta.reclaim(of.ino)
 
     async def sync_all(self) -> None:

@@ -313,7 +313,7 @@ def test_a_hold_taken_while_the_last_unlink_commits_keeps_the_file(nodes):
     assert a.orphans() == [f], "a file another session holds open was freed"
     a.reclaim(f)
     assert a.orphans() == [f] and a.getattr(f).nlink == 0
-    session.let_go(f)
+    session.let_go([f])
     a.reclaim(f)
     assert a.orphans() == [] and a.volume_stats() == (1, 0)
 
