@@ -179,7 +179,8 @@ class Client:
         neither answers (the mount then rests: see REST_S)."""
         if time.monotonic() < self._resting.get(mountpoint, 0.0):
             return None
-        for _ in range(2):
+        failure: Exception | None = None
+        for _ in range(2):  # a connection to a mount that restarted fails once; a new one answers
             conn = self._connect(mountpoint)
             if conn is None:
                 continue
@@ -189,9 +190,10 @@ class Client:
                     raise ProtocolError(f"{len(reply['files'])} answers to {len(relatives)} paths")
                 return reply
             except (OSError, ProtocolError, Refused, KeyError, TypeError) as e:
-                log.warning("the data socket of %s failed (%s); reading through the mount",
-                            os.fsdecode(mountpoint), e)
+                failure = e
                 self._disconnect(mountpoint)
+        log.warning("the data socket of %s %s; reading through the mount for %.0f s", os.fsdecode(mountpoint),
+                    "does not answer" if failure is None else f"failed ({failure})", REST_S)
         self._resting[mountpoint] = time.monotonic() + REST_S
         return None
 

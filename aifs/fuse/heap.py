@@ -6,10 +6,15 @@ mapped for each request, or handed back to the kernel when the heap's top is
 trimmed, and the next request faults their pages in afresh: 70-360 thousand
 page faults while a 2 GiB checkpoint is written, costly on a VM that returns
 free pages to its host. Kept in the heap, the same checkpoint takes 16 thousand
-and a tenth to a fifth less of the mount's CPU. Blocks (4 MiB and more) stay
-above the mapping threshold, so a block the RAM tier evicts still returns its
-memory at once; two arenas at most bound what the heap keeps to twice the trim
-threshold.
+and a tenth to a fifth less of the mount's CPU.
+
+Blocks read from NVMe or S3 are kept in the heap too (up to glibc's largest
+mapping threshold): mapped afresh, every 4 MiB block read cost a thousand page
+faults, each a page zeroed by the kernel before the read overwrote it, a quarter
+of the mount's CPU in a sequential read from NVMe. A block the RAM tier evicts
+leaves its memory for the next block read, so the RAM tier's capacity still
+bounds what the heap holds; two arenas at most, each trimmed past the trim
+threshold, bound what free memory it keeps.
 """
 
 import ctypes
@@ -22,7 +27,7 @@ log = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-MMAP_THRESHOLD = 2 << 20  # above a FUSE request (1 MiB + header), below a block
+MMAP_THRESHOLD = 32 << 20  # glibc's largest: requests and blocks come from the heap
 TRIM_THRESHOLD = 128 << 20  # free heap an arena keeps: twice what max_tasks' requests hold
 ARENAS = 2  # the event loop's, and one the worker threads share (they allocate little)
 

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 _NEXT_SESSION = keys.counter(b"next_session")
 
 
+class _Unregistered(Exception):
+    """This session's record is gone: the other nodes declared it dead."""
+
+
 @dataclass
 class SessionInfo:
     """What `aifs status` shows of a mount of the volume."""
@@ -124,31 +128,33 @@ class Session:
 
     # -- open files --------------------------------------------------------
 
-    def hold(self, ino: int) -> bool:
-        """Record that this mount has `ino` open; False when the inode no longer exists."""
-        held = self._hold(ino)
-        if held is None:  # declared dead meanwhile: registering again holds every open file
+    def hold(self, ino: int) -> bytes | None:
+        """Record that this mount has `ino` open. Returns the inode's record as the commit that
+        holds it read it (what an open must see), or None when the inode no longer exists."""
+        try:
+            return self._hold(ino)
+        except _Unregistered:  # declared dead meanwhile: registering again holds every open file
             self.beat()
-            held = self._hold(ino)
-        return bool(held)
+            return self._hold(ino)
 
     @retried
-    def _hold(self, ino: int) -> bool | None:
-        """None when this session's record is gone: a hold under a dead id would never be
-        released. The record is expected as this session last wrote it, without reading it;
-        when that fails, it is read to tell a dead session from a stale expectation."""
+    def _hold(self, ino: int) -> bytes | None:
+        """A hold under a dead id would never be released, so the record is expected as this
+        session last wrote it, without reading it; when that fails, it is read to tell a dead
+        session (_Unregistered) from a stale expectation."""
         txn = Txn(self._kv)
         txn.batch.expect(keys.session(self.sid), self._record)
-        if txn.get(keys.inode(ino)) is None:
-            return False
+        record = txn.get(keys.inode(ino))
+        if record is None:
+            return None
         txn.batch.put(keys.holder(ino, self.sid), b"")
         try:
             txn.commit()
         except Conflict:
             if self._kv.get(keys.session(self.sid)) is None:
-                return None
+                raise _Unregistered from None
             raise
-        return True
+        return record
 
     def let_go(self, inos: Iterable[int]) -> None:
         """Give back the holds of these inodes, in one commit."""

@@ -2,6 +2,7 @@
 lease that keeps volume-wide duties on one node, and close-to-open checks of files that
 other nodes may have changed."""
 
+import errno
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -11,6 +12,7 @@ import trio
 from aifs import __version__
 from aifs.cluster.peers import peer_addresses
 from aifs.config.models import MetaConfig
+from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine
 from aifs.meta.sessions import Session, take_lease
 from aifs.meta.writestate import MetaWriteFailed
@@ -55,13 +57,16 @@ class ClusterNode:
             log.warning("cannot tell whether this node runs the volume's duties: %s", e)
             return False
 
-    def opened(self, ino: int) -> bool:
-        """The first open of `ino` on this node; False when the file is gone. A file closed
-        a moment ago is still held: its hold simply stays."""
+    def opened(self, ino: int) -> Inode:
+        """The first open of `ino` on this node holds it: its attributes as the engine has them
+        now, or ENOENT when the file is gone. A file closed a moment ago is still held."""
         if ino in self._letting_go:
             self._letting_go.discard(ino)
-            return True
-        return self.session.hold(ino)
+            return self._meta.getattr(ino, fresh=True)
+        record = self.session.hold(ino)
+        if record is None:
+            raise FsError(errno.ENOENT, f"inode {ino} was removed by another node")
+        return Inode.decode(record)
 
     def closed(self, ino: int, removed: bool) -> None:
         """The last close here. The hold goes with the next batch, so that reading a file costs

@@ -220,13 +220,13 @@ class Volume:
         node = self.meta.getattr(ino)
         if node.frozen and for_writing:
             raise FsError(errno.EROFS, f"inode {ino} is in a frozen tree; `aifs thaw` it to write to it")
-        if self.cluster is not None and not node.frozen:
-            node = self.meta.getattr(ino, fresh=True)
+        node, holds = self._as_the_engine_has_it(ino, node)
         now = time.time_ns()
         if for_reading and (node.atime_ns <= max(node.mtime_ns, node.ctime_ns)
                             or now - node.atime_ns > RELATIME_NS):
             self.meta.set_atime(ino, now)
-        of = self._acquire(ino, node)
+        of = self.files.acquire(ino, node.size)
+        of.held = of.held or holds
         if for_reading:
             self.data.heat.opened(ino)
         rule = self.rule_of(ino)
@@ -238,17 +238,16 @@ class Volume:
             self.spawn(self.pinner.load, ino)
         return Handle(of, stale_pages=self.cluster is not None and self.cluster.changed_since_last_open(ino, node))
 
-    def _acquire(self, ino: int, node: Inode) -> OpenFile:
-        """The open file of `ino`; its first open on a node of a shared volume holds it there,
-        so an unlink on any node keeps it until this node lets go. A frozen file cannot be
-        unlinked, so its opens cost the engine nothing."""
-        of = self.files.acquire(ino, node.size)
-        if of.handles == 1 and self.cluster is not None and not node.frozen:
-            if not self.cluster.opened(ino):
-                self.files.release(of)
-                raise FsError(errno.ENOENT, f"inode {ino} was removed by another node")
-            of.held = True
-        return of
+    def _as_the_engine_has_it(self, ino: int, node: Inode) -> tuple[Inode, bool]:
+        """On a shared volume, the attributes the engine itself has (close-to-open), and whether
+        this open took the node's hold on the file: its first open here holds it, so an unlink on
+        any node keeps it until this node lets go, and reads it in the same commit. A frozen file
+        cannot change or be unlinked, so its opens cost the engine nothing."""
+        if self.cluster is None or node.frozen:
+            return node, False
+        if self.files.is_open(ino):
+            return self.meta.getattr(ino, fresh=True), False
+        return self.cluster.opened(ino), True
 
     def rule_of(self, ino: int) -> Rule | None:
         """The config rule for the file's path, or None without rules or a known path."""

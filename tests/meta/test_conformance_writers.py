@@ -324,7 +324,7 @@ def test_a_hold_on_a_file_unlinked_first_is_refused(store, nodes):
     f = mkfile(a, b"f")
     session = Session(b.kv, "n2", "/mnt/aifs", "test", 30.0, lambda: [])
     b.kv.before_commit(lambda: a.unlink(ROOT, b"f", never_open))
-    assert session.hold(f) is False
+    assert session.hold(f) is None
     assert a.orphans() == [] and list(store.client().scan(keys.holder_prefix(f))) == []
 
 
