@@ -16,7 +16,7 @@ from aifs.bypass.address import Listening
 from aifs.bypass.caller import Caller
 from aifs.bypass.protocol import MAX_REQUEST_BYTES
 from aifs.bypass.session import Session, refusal
-from aifs.control.wire import HEADER, ProtocolError, body_length
+from aifs.control.wire import HEADER, ProtocolError, body_length, receive_exactly
 from aifs.vfs.volume import Volume
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,11 @@ class BypassServer:
 
     async def _converse(self, conn: trio.socket.SocketType, session: Session) -> None:
         while True:
-            header = await _receive_exactly(conn, HEADER.size)
+            header = await receive_exactly(conn.recv, HEADER.size)
             if header is None:
                 return
             try:
-                body = await _receive_exactly(conn, _request_length(header))
+                body = await receive_exactly(conn.recv, _request_length(header))
                 if body is None:
                     return
                 reply, fds = await session.answer(body)
@@ -73,17 +73,6 @@ def _request_length(header: bytes) -> int:
     if length > MAX_REQUEST_BYTES:
         raise ProtocolError(f"a request of {length} bytes is larger than the limit of {MAX_REQUEST_BYTES}")
     return length
-
-
-async def _receive_exactly(conn: trio.socket.SocketType, count: int) -> bytes | None:
-    """`count` bytes, or None when the reader closes its end first."""
-    data = bytearray()
-    while len(data) < count:
-        chunk = await conn.recv(count - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
 
 
 async def _send(conn: trio.socket.SocketType, data: bytes, fds: list[int]) -> None:

@@ -12,20 +12,9 @@ from pathlib import Path
 import trio
 
 from aifs.control.dispatch import Dispatcher, Handler, failure
-from aifs.control.wire import HEADER, ProtocolError, body_length, encode
+from aifs.control.wire import HEADER, ProtocolError, body_length, encode, receive_exactly
 
 log = logging.getLogger(__name__)
-
-
-async def _receive_exactly(stream: trio.SocketStream, count: int) -> bytes | None:
-    """`count` bytes, or None when the peer closes its end first."""
-    data = bytearray()
-    while len(data) < count:
-        chunk = await stream.receive_some(count - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
 
 
 class ControlServer:
@@ -58,7 +47,7 @@ class ControlServer:
 
     async def _converse(self, stream: trio.SocketStream) -> None:
         while True:
-            header = await _receive_exactly(stream, HEADER.size)
+            header = await receive_exactly(stream.receive_some, HEADER.size)
             if header is None:
                 return
             try:
@@ -66,7 +55,7 @@ class ControlServer:
             except ProtocolError as e:
                 await stream.send_all(encode(failure(f"{e}; closing the connection")))
                 return
-            body = await _receive_exactly(stream, length)
+            body = await receive_exactly(stream.receive_some, length)
             if body is None:
                 return
             await stream.send_all(await self.dispatcher.reply(body))

@@ -1,6 +1,7 @@
 """Framing of control messages: a 4-byte big-endian length, then a msgpack map."""
 
 import struct
+from collections.abc import Awaitable, Callable
 
 import msgpack
 
@@ -33,3 +34,15 @@ def decode(body: bytes) -> dict:
     if not isinstance(message, dict):
         raise ProtocolError(f"a control message must be a map, not {type(message).__name__}")
     return message
+
+
+async def receive_exactly(receive: Callable[[int], Awaitable[bytes]], count: int) -> bytes | None:
+    """`count` bytes from `receive` (a stream's or a socket's), or None when the peer closes
+    its end first."""
+    data = bytearray()
+    while len(data) < count:
+        chunk = await receive(count - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
