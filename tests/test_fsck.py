@@ -272,6 +272,11 @@ def directory_loop(volume: Vol) -> None:
     volume.edit_inode("root", nlink=2)
 
 
+def wrong_entry_type(volume: Vol) -> None:
+    """An entry that says a regular file is a directory: listings would report it as one."""
+    volume.write((keys.dentry(volume.ino["data"], b"big"), keys.entry(volume.ino["big"], DIR)))
+
+
 def directory_hardlink(volume: Vol) -> None:
     volume.write((keys.dentry(ROOT_INO, b"alias"), keys.u64(volume.ino["sub"])))
 
@@ -338,6 +343,7 @@ REPAIRABLE: dict[str, tuple[Callable[[Vol], None], set[str]]] = {
     "orphan tree": (orphan_tree, {"orphan-inode", "wrong-nlink"}),
     "directory loop": (directory_loop, {"directory-loop"}),
     "directory hard link": (directory_hardlink, {"directory-hardlink"}),
+    "entry type": (wrong_entry_type, {"dentry-type"}),
     "file nlink": (wrong_file_nlink, {"wrong-nlink"}),
     "directory nlink": (wrong_dir_nlink, {"wrong-nlink"}),
     "directory parent": (wrong_parent, {"wrong-parent"}),
@@ -378,6 +384,12 @@ def lookup(volume: Vol, *path: bytes) -> tuple[int, Inode]:
         for name in path:
             ino, node = meta.lookup(ino, name)
         return ino, meta.getattr(ino)
+
+
+def test_entries_that_record_no_type_pass(volume: Vol) -> None:
+    """The older form of an entry, the inode alone, is valid: listings read the inode's type."""
+    volume.write((keys.dentry(volume.ino["data"], b"big"), keys.u64(volume.ino["big"])))
+    assert fsck(volume).code == 0
 
 
 def test_dangling_dentry_is_deleted(volume: Vol) -> None:

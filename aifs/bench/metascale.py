@@ -123,7 +123,7 @@ def bulk_create(engine: MetaEngine, namespace: Namespace) -> None:
             parent = directories[i // namespace.per_dir]
             ino = inos.next()
             txn.batch.put(keys.inode(ino), inode)
-            txn.link_entry(parent, namespace.path(i)[1].encode(), ino)
+            txn.batch.put(keys.dentry(parent, namespace.path(i)[1].encode()), keys.entry(ino, stat.S_IFREG))
             parents.add(parent)
         for parent in parents:
             txn.touch(parent)

@@ -448,6 +448,7 @@ class FuseConfig(_Table):
     max_tasks: int = Field(64, ge=4, le=1024, strict=True)
     attr_timeout: float = Field(60.0, ge=0, strict=True)
     entry_timeout: float = Field(60.0, ge=0, strict=True)
+    listing_attributes: int = Field(256, ge=0, strict=True)  # entries per listing sent with attributes
     read_ahead_kb: int = Field(1024, ge=0, le=65536, strict=True)
     direct_writes: bool = Field(True, strict=True)
     bypass_socket: Annotated[str, AfterValidator(_bypass_socket)] = "auto"  # aifs.bypass: reads without FUSE

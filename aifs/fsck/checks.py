@@ -36,6 +36,7 @@ def _check_dentries(ctx: Context, ns: Namespace) -> Iterator[Finding]:
     for key, value in ctx.meta.kv.scan(keys.DENTRY):
         parent, name, child = split_dentry(key, value)
         if ns.valid(parent, child):
+            yield from _check_entry_type(ctx, ns, key, value)
             continue
         subject = f"{ns.entry_path(parent, name)} ({show_key(key)}) -> inode {child}"
         delete = partial(repair.delete_keys, ctx.meta.kv, key)
@@ -46,6 +47,17 @@ def _check_dentries(ctx: Context, ns: Namespace) -> Iterator[Finding]:
         else:
             yield Finding("dangling-dentry", subject, f"the entry names inode {child}, which does not exist",
                           "delete the entry", delete, ino=child)
+
+
+def _check_entry_type(ctx: Context, ns: Namespace, key: bytes, value: bytes) -> Iterator[Finding]:
+    """An entry records its inode's file type for listings; an entry of the older form records none."""
+    parent, name, child = split_dentry(key, value)
+    recorded, actual = keys.read_entry(value)[1], ns.inodes[child]
+    if recorded is not None and recorded != actual:
+        yield Finding("dentry-type", f"{ns.entry_path(parent, name)} ({show_key(key)}) -> inode {child}",
+                      f"the entry records file type {recorded:o}, but inode {child} is of type {actual:o}",
+                      "record the inode's type in the entry",
+                      partial(repair.put_key, ctx.meta.kv, key, keys.entry(child, actual)), ino=child)
 
 
 def _check_owned(ctx: Context, ns: Namespace, tag: bytes, kind: str, what: str) -> Iterator[Finding]:

@@ -4,6 +4,7 @@ Only sets and counters of inode numbers are kept (plus one entry per directory),
 decoded inodes, so a volume of millions of files fits in memory.
 """
 
+import stat
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ class Namespace:
     """Which inodes exist, and how the valid entries (in an existing directory, naming an
     existing inode) link them. A directory keeps one entry; any further ones are `extra`."""
 
-    inodes: set[int] = field(default_factory=set)
+    inodes: dict[int, int] = field(default_factory=dict)  # inode -> its file type (S_IFMT bits)
     dirs: dict[int, int] = field(default_factory=dict)  # directory -> parent its inode records
     allocated: set[int] = field(default_factory=set)  # inodes whose alloc is not 0
     names: Counter[int] = field(default_factory=Counter)
@@ -46,7 +47,7 @@ class Namespace:
     def _read_inodes(self, kv: KVStore) -> None:
         for key, value in kv.scan(keys.INODE):
             ino, node = keys.read_u64(key, 1), Inode.decode(value)
-            self.inodes.add(ino)
+            self.inodes[ino] = stat.S_IFMT(node.mode)
             if node.alloc:
                 self.allocated.add(ino)
             if node.is_dir:

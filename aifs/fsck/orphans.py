@@ -52,7 +52,7 @@ def _check_orphan_list(ctx: Context, ns: Namespace) -> Generator[Finding, None, 
 def _adopt_unnamed(
     ctx: Context, ns: Namespace, lost_found: repair.LostFound, reached: set[int], freed: set[int],
 ) -> Iterator[Finding]:
-    for ino in sorted(ns.inodes - reached - freed):
+    for ino in sorted(ns.inodes.keys() - reached - freed):
         if ns.names[ino] or ino in reached:
             continue
         yield Finding("orphan-inode", f"inode {ino}", "no directory entry names it: it cannot be reached",

@@ -22,8 +22,11 @@ def entry_attributes(ino: int, node: Inode, timeouts: Timeouts) -> pyfuse3.Entry
     attr = pyfuse3.EntryAttributes()
     attr.st_ino = ino
     attr.generation = 0
-    attr.entry_timeout = FROZEN_TIMEOUT_S if node.frozen else timeouts.entry
-    attr.attr_timeout = FROZEN_TIMEOUT_S if node.frozen else timeouts.attr
+    if node.frozen:
+        attr.entry_timeout = attr.attr_timeout = FROZEN_TIMEOUT_S
+    else:
+        attr.entry_timeout = timeouts.entry
+        attr.attr_timeout = timeouts.attr
     attr.st_mode = node.mode
     attr.st_nlink = node.nlink
     attr.st_uid = node.uid

@@ -81,7 +81,7 @@ def _serve(volume: Volume, config: Config, mountpoint: Path, metrics: MetricsSer
     if metrics is not None:
         metrics.watch(volume)
     timeouts = Timeouts(entry=config.fuse.entry_timeout, attr=config.fuse.attr_timeout)
-    operations = AifsOperations(volume, timeouts)
+    operations = AifsOperations(volume, timeouts, config.fuse.listing_attributes)
     pyfuse3.init(operations, str(mountpoint), mount_options(config))
     if volume.meta.kv.shared:
         volume.meta.kv.subscribe(invalidate_kernel, from_others=True)  # the kernel saw this node's own

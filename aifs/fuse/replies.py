@@ -19,7 +19,11 @@ carry only what it knows and every close and listing asks the mount, as before.
 
 import pyfuse3
 
+from aifs.fuse.attrs import Timeouts, entry_attributes
+from aifs.fuse.listing import Entry
+
 KERNEL_FLAGS = hasattr(pyfuse3.FileInfo(), "noflush")
+NAME_ENTRIES = hasattr(pyfuse3, "readdir_name_reply")
 
 
 def open_reply(fh: int, direct_io: bool, keep_cache: bool, noflush: bool) -> pyfuse3.FileInfo:
@@ -32,3 +36,10 @@ def opendir_reply(fh: int) -> pyfuse3.FileInfo | int:
     if KERNEL_FLAGS:
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
     return fh
+
+
+def entry_reply(token: pyfuse3.ReaddirToken, entry: Entry, timeouts: Timeouts) -> bool:
+    """Add one listing entry to the reply; False when the reply has no room left for it."""
+    if entry.node is None:
+        return pyfuse3.readdir_name_reply(token, entry.name, entry.ino, entry.kind, entry.next_id)
+    return pyfuse3.readdir_reply(token, entry.name, entry_attributes(entry.ino, entry.node, timeouts), entry.next_id)

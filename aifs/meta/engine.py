@@ -124,10 +124,16 @@ class MetaEngine(BlockMapOps, XattrOps, PinOps):
 
     def readdir(self, parent: int, after: bytes | None = None) -> Iterator[tuple[bytes, int]]:
         """Entries of a directory in name order, resuming strictly after `after`."""
+        for name, ino, _ in self.listing(parent, after):
+            yield name, ino
+
+    def listing(self, parent: int, after: bytes | None = None) -> Iterator[tuple[bytes, int, int | None]]:
+        """`readdir` with each entry's file type (S_IFMT bits), None where the entry does not record it."""
         prefix = keys.dentry_prefix(parent)
         start = None if after is None else prefix + after + b"\0"
+        skip = len(prefix)
         for key, value in self.kv.scan(prefix, start):
-            yield key[len(prefix):], keys.read_u64(value)
+            yield key[skip:], *keys.read_entry(value)
 
     def readlink(self, ino: int) -> bytes:
         target = self.kv.get(keys.symlink(ino))

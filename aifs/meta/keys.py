@@ -6,6 +6,7 @@ shard of a key is derived from that owner, so a directory's entries and a
 file's attributes and block map each sit together in one shard.
 """
 
+import stat
 import struct
 
 DENTRY = b"D"
@@ -25,6 +26,7 @@ LOCKS = b"F"
 RUSH = b"R"
 
 _U64 = struct.Struct(">Q")
+_ENTRY = struct.Struct(">QB")
 OWNED_TAGS = frozenset((DENTRY, INODE, BLOCK, XATTR, SYMLINK))
 
 # Every counter's name. Engines keep counters apart from plain values, each in its own native
@@ -46,6 +48,20 @@ def dentry(parent: int, name: bytes) -> bytes:
 
 def dentry_prefix(parent: int) -> bytes:
     return DENTRY + u64(parent)
+
+
+def entry(ino: int, mode: int) -> bytes:
+    """A directory entry's value: the inode it names, then that inode's file type (the S_IFMT
+    bits, shifted down), so a listing has names and types without reading any inode."""
+    return _ENTRY.pack(ino, stat.S_IFMT(mode) >> 12)
+
+
+def read_entry(value: bytes) -> tuple[int, int | None]:
+    """(inode, S_IFMT bits) of an entry's value; None for the bits of the older form, the inode alone."""
+    if len(value) > 8:
+        ino, kind = _ENTRY.unpack(value)
+        return ino, kind << 12
+    return _U64.unpack(value)[0], None
 
 
 def inode(ino: int) -> bytes:
@@ -133,7 +149,7 @@ def lease(name: bytes) -> bytes:
 def owner(key: bytes) -> int | None:
     """The inode a key belongs to, or None for volume-wide keys (counters, queues, orphans)."""
     if key[:1] in OWNED_TAGS:
-        return read_u64(key, 1)
+        return _U64.unpack_from(key, 1)[0]
     return None
 
 

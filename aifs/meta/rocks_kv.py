@@ -22,6 +22,7 @@ from rocksdict import (
     Cache,
     Options,
     Rdict,
+    ReadOptions,
     WriteBatch,
     WriteOptions,
 )
@@ -47,6 +48,14 @@ def _options(cache: Cache) -> Options:
     opts.set_max_background_jobs(2)
     opts.set_keep_log_file_num(16)  # each reopen of a store that failed rotates RocksDB's info log
     return opts
+
+
+def _after_prefix(prefix: bytes) -> bytes | None:
+    """The first key past every key that starts with `prefix`; None when there is none."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 class ShardedRocksKV(WritableByCheck):
@@ -189,17 +198,13 @@ class ShardedRocksKV(WritableByCheck):
 
     @staticmethod
     def _scan_family(family: Rdict, prefix: bytes, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        it = family.iter()
-        it.seek(max(start, prefix) if start is not None else prefix)
-        try:
-            while it.valid():
-                key = it.key()
-                if not key.startswith(prefix):
-                    return
-                yield key, it.value()
-                it.next()
-        finally:
-            del it
+        """RocksDB stops the scan at the prefix's end itself (an upper bound), so a long
+        listing costs one call per entry, not a key check and three iterator calls."""
+        bounds = ReadOptions()
+        end = _after_prefix(prefix)
+        if end is not None:
+            bounds.set_iterate_upper_bound(end)
+        yield from family.items(from_key=max(start, prefix) if start is not None else prefix, read_opt=bounds)
 
     # -- writes ------------------------------------------------------------
 

@@ -105,7 +105,7 @@ class Txn:
         self._dirty.discard(ino)
 
     def link_entry(self, parent: int, name: bytes, ino: int) -> None:
-        self.batch.put(keys.dentry(parent, name), keys.u64(ino))
+        self.batch.put(keys.dentry(parent, name), keys.entry(ino, self.inode(ino).mode))
 
     def unlink_entry(self, parent: int, name: bytes) -> None:
         self.batch.delete(keys.dentry(parent, name))
