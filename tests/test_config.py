@@ -184,8 +184,8 @@ def test_example_config_shows_every_key():
             shown = re.search(rf"^(\[+{name}\]+$|(# )?{name} = )", text, re.M)
             assert shown, f"{model.__name__}.{name} is missing from {EXAMPLE.name}"
             models += [m for m in models_in(field.annotation) if m not in seen + models]
-    assert len(seen) == 15  # Config, volume, meta, five tier kinds, erasure, fuse, writeback, logging, metrics,
-    # cluster, rule
+    assert len(seen) == 16  # Config, volume, meta, five tier kinds, erasure, fuse, writeback, logging, metrics,
+    # cluster, prefetch, rule
 
 
 # --- one clear message per mistake -------------------------------------------------------

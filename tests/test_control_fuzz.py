@@ -28,7 +28,8 @@ from aifs.control.wire import MAX_MESSAGE
 
 EXAMPLES = int(os.environ.get("AIFS_FUZZ_EXAMPLES", "60"))
 REPLY_TIMEOUT_S = 30.0
-OPS = ["status", "sync", "file_state", "pin", "unpin", "warmup", "resident"]
+OPS = ["status", "sync", "file_state", "pin", "unpin", "warmup", "resident", "locate", "prefetch_hint", "prefetch_end",
+       "prefetch_status"]
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -187,7 +188,7 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st
                     st.text(max_size=20), st.binary(max_size=20))
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
-arg_names = st.sampled_from(["inodes", "ino", "tier", "wait", "self", "args", "x"])
+arg_names = st.sampled_from(["inodes", "ino", "tier", "wait", "reader", "skip", "self", "args", "x"])
 messages = st.one_of(
     values,
     st.fixed_dictionaries({"op": values}),

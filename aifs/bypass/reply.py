@@ -68,6 +68,7 @@ class Reply:
 
     def add_file(self, ino: int, node: Inode) -> dict:
         """The answer for a file the caller may read: its blocks, or a Fallback raised."""
+        self.vol.sample_order.touched(ino)
         of = self.vol.files.get(ino)
         if of is not None and (of.written or of.dirty):
             raise Fallback("open for writing on this node")

@@ -28,6 +28,7 @@ COMMANDS = {  # name: "module:attribute"
     "pin": "aifs.cli.tier_cmd:pin",
     "unpin": "aifs.cli.tier_cmd:unpin",
     "warmup": "aifs.cli.tier_cmd:warmup",
+    "locate": "aifs.cli.locate_cmd:locate",
     "freeze": "aifs.cli.freeze_cmd:freeze",
     "thaw": "aifs.cli.freeze_cmd:thaw",
 }

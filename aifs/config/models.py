@@ -550,6 +550,19 @@ class ClusterConfig(BlockClient):
         assert self.serve is not None
         return self.advertise or self.serve.rpartition(":")[0]
 
+
+class PrefetchConfig(_Table):
+    """Sample-order prefetch (docs/prefetch.md): how far ahead of each reader that hinted its
+    order the mount fetches, and how much hinting it holds for all readers together."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    files_ahead: int = Field(256, ge=1, le=65536, strict=True)  # per reader; a hint may ask for fewer
+    bytes_ahead: Annotated[Size, Field(ge=1)] = 1 * GiB  # per reader; a hint may ask for fewer
+    max_readers: int = Field(32, ge=1, le=1024, strict=True)
+    max_files: int = Field(4_000_000, ge=1, le=100_000_000, strict=True)  # in all hints together
+    idle_timeout: float = Field(600.0, gt=0, strict=True)
+
 def _rule_glob(value: str) -> str:
     """Rules match paths inside the mount, which always start at its root."""
     if not value.startswith("/"):
@@ -632,6 +645,7 @@ class Config(_Table):
     rules: list[Rule] = Field(default_factory=list)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
 
     @model_validator(mode="after")
     def _check_tiers(self) -> "Config":

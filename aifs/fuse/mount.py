@@ -28,6 +28,7 @@ from aifs.tiers.files import sync_filesystem
 from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.admin import Admin
 from aifs.vfs.exitrecord import ExitRecord
+from aifs.vfs.orderhints import HintOps
 from aifs.vfs.statedir import VolumeLock
 from aifs.vfs.volume import Volume
 
@@ -98,7 +99,8 @@ async def _run(volume: Volume, config: Config, mountpoint: Path, bypass: Listeni
         async with trio.open_nursery() as nursery:
             await volume.run_background(nursery)
             nursery.start_soon(_stop_on_signal, mountpoint, volume)
-            control = ControlServer(volume.state_dir / SOCKET_NAME, Admin(volume).handlers())
+            control = ControlServer(volume.state_dir / SOCKET_NAME,
+                                    {**Admin(volume).handlers(), **HintOps(volume).handlers()})
             await nursery.start(control.serve)
             if bypass is not None:
                 await nursery.start(BypassServer(bypass, volume, mountpoint).serve)

@@ -87,3 +87,20 @@ class VolumeCollector:
         yield CounterMetricFamily("aifs_readahead_blocks", "Blocks fetched ahead of readers", value=ahead["blocks"])
         yield CounterMetricFamily("aifs_readahead_deferred", "Readahead put off: too many in flight",
                                   value=ahead["deferred"])
+        yield from self._sample_order()
+
+    def _sample_order(self):
+        """Sample-order prefetch: blocks by what became of them, hinted files read by whether their
+        fetch got there first."""
+        counts = self.vol.sample_order.figures()
+        blocks = CounterMetricFamily("aifs_order_prefetch_blocks", "Blocks fetched ahead of readers that hinted "
+                                     "their order, by what became of them", labels=["outcome"])
+        nbytes = CounterMetricFamily("aifs_order_prefetch_bytes", "Bytes of those blocks", labels=["outcome"])
+        for outcome in ("fetched", "used", "cancelled", "wasted"):
+            blocks.add_metric([outcome], counts[f"blocks_{outcome}"])
+            nbytes.add_metric([outcome], counts[f"bytes_{outcome}"])
+        files = CounterMetricFamily("aifs_order_prefetch_reads", "Reads of hinted files: ready (fetched first), "
+                                    "late (joined the fetch) or missed", labels=["outcome"])
+        for outcome in ("ready", "late", "missed"):
+            files.add_metric([outcome], counts[f"files_{outcome}"])
+        yield from (blocks, nbytes, files)

@@ -540,6 +540,11 @@ class TierManager:
         """Whether `tier` ("ram" or "nvme") holds the block now."""
         return self._local(tier).contains(block_id)
 
+    def flash_holds(self, block_id: int) -> bool:
+        """Whether the flash servers that answer hold the block (False without a remote tier).
+        It asks them: call it from a thread, as a server that is down may take the read bound."""
+        return self.remote is not None and self.remote.contains(block_id)
+
     def capacity_of(self, tier: str) -> int:
         return self._local(tier).capacity
 

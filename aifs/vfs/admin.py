@@ -1,4 +1,5 @@
-"""What the control channel can ask of a running volume: status, stats, sync, per-file state, pins.
+"""What the control channel can ask of a running volume: status, stats, sync, per-file state, pins,
+where files' bytes are.
 
 The type hints are the control protocol: the control server checks every request against
 them (aifs.control.dispatch) before a handler runs. Every request is bounded in time except
@@ -15,6 +16,7 @@ from pydantic import Field
 
 from aifs.meta.attrs import BlockRef
 from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, unique_blocks
+from aifs.vfs.locate import Locator
 from aifs.vfs.stats import stats_sample
 from aifs.vfs.status import durable_health, status_report
 from aifs.vfs.volume import Volume
@@ -29,6 +31,7 @@ class Admin:
     def __init__(self, volume: Volume) -> None:
         self.vol = volume
         self.started = time.monotonic()
+        self.locator = Locator(volume)
 
     def _files_under(self, ino: int) -> Iterator[int]:
         """Regular files at or below `ino`, depth first."""
@@ -103,6 +106,11 @@ class Admin:
         return {"files": len(files), "bytes": total, "missing_bytes": missing, "missing_files": short_files,
                 "capacity": tiers.capacity_of(tier)}
 
+    async def locate(self, inodes: list[Inode], skip: list[str] | None = None) -> dict:
+        """Where the bytes of each file under these inodes are, by place (aifs.vfs.locate); the
+        nodes in `skip` did not answer an earlier request of the caller's and are not asked."""
+        return await self.locator.locate(self.files_under(inodes), skip or [])
+
     def _blocks(self, ino: int) -> list[BlockRef]:
         return unique_blocks(self.vol.meta.all_block_refs(ino))
 
@@ -140,4 +148,4 @@ class Admin:
     def handlers(self) -> dict:
         return {"status": self.status, "stats": self.stats, "sync": self.sync, "file_state": self.file_state,
                 "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident,
-                "freeze": self.freeze}
+                "freeze": self.freeze, "locate": self.locate}

@@ -23,7 +23,9 @@ def upload_figures(volume: Volume) -> dict[str, int]:
 
 
 def stats_sample(volume: Volume, started: float) -> dict[str, Any]:
-    """FUSE operation totals, each tier's counters and health, uploads; `mounted_s` is read on
-    the mount's clock, so that rates divide by the time that passed where the counting happens."""
+    """FUSE operation totals, each tier's counters and health, uploads, sample-order prefetch;
+    `mounted_s` is read on the mount's clock, so that rates divide by the time that passed where
+    the counting happens."""
     return {"mounted_s": time.monotonic() - started, "fuse": operation_totals(),
-            "tiers": tier_reports(volume), "uploads": upload_figures(volume)}
+            "tiers": tier_reports(volume), "uploads": upload_figures(volume),
+            "sample_order": volume.sample_order.figures()}

@@ -24,6 +24,7 @@ from aifs.vfs.locks import FileLocks
 from aifs.vfs.names import NameCache
 from aifs.vfs.namespace import Namespace
 from aifs.vfs.openfile import Handle, OpenFile, OpenFiles
+from aifs.vfs.orderfetch import OrderPrefetcher
 from aifs.vfs.pinning import Pinner
 from aifs.vfs.prefetch import Prefetcher
 from aifs.vfs.readahead import DEFAULT_LIMIT, Readahead
@@ -66,6 +67,7 @@ class Volume:
         self.uploader = Uploader(self.meta, self.tiers, self.files, config.writeback)
         self.pinner = Pinner(self.meta, self.tiers)
         self.prefetch = Prefetcher(self.tiers, self.spawn)
+        self.sample_order = OrderPrefetcher(self.meta, self.tiers, self.spawn, config.prefetch)
         self.data = FileData(self.meta, self.tiers, self._blocks_committed, self.prefetch,
                              lambda ino: self.pinner.pins.get(ino) == "ram", config.meta.remote_block_wait)
         self._nursery: trio.Nursery | None = None
@@ -229,6 +231,7 @@ class Volume:
         of.held = of.held or holds
         if for_reading:
             self.data.heat.opened(ino)
+            self.sample_order.touched(ino)
         rule = self.rule_of(ino)
         if of.readahead is None:
             limit = rule.readahead if rule is not None and rule.readahead is not None else DEFAULT_LIMIT
@@ -327,9 +330,12 @@ class Volume:
             await self.tiers.replicate(self.uploader.pending_of(self._blocks_of([ino])))
 
     def pending_blocks(self, inodes: list[int]) -> list[int]:
-        """Blocks of these files that are not yet in the durable tier: in this node's queue, or,
-        on a shared volume, in another node's."""
-        blocks = self._blocks_of(inodes)
+        """Blocks of these files that are not yet in the durable tier."""
+        return self.pending_among(self._blocks_of(inodes))
+
+    def pending_among(self, blocks: list[int]) -> list[int]:
+        """Those of `blocks` not yet in the durable tier: in this node's queue, or, on a shared
+        volume, in another node's."""
         return self.meta.pending_among(blocks) if self.cluster is not None else self.uploader.pending_of(blocks)
 
     def _blocks_of(self, inodes: list[int]) -> list[int]:
