@@ -3,6 +3,7 @@ refuses and how it says so (one sentence, nothing created or logged in vain), an
 and config check tell them."""
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -177,6 +178,20 @@ def test_a_non_empty_mountpoint_is_refused_unless_asked(fresh):
     fresh.umount()
     assert (fresh.path / "kept.txt").read_text() == "under the mount"
     (fresh.path / "kept.txt").unlink()
+
+
+def test_a_mount_over_another_file_system_is_the_one_commands_reach(fresh):
+    """The last of the mounts stacked at one point is the one its paths are on."""
+    subprocess.run(["mount", "-t", "tmpfs", "below", str(fresh.path)], check=True)
+    try:
+        cp = aifs_cli("mount", "-c", str(fresh.config), "-d", "--nonempty", str(fresh.path))
+        assert cp.returncode == 0, cp
+        status = aifs_cli("status", "--json", str(fresh.path))
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["tiers"]
+        assert aifs_cli("umount", str(fresh.path)).returncode == 0
+    finally:
+        subprocess.run(["umount", str(fresh.path)], check=True)
 
 
 # -- told, not silently accepted ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aifs.control import SOCKET_NAME
 from aifs.control.wire import HEADER, ProtocolError, body_length, decode, encode
-from aifs.fuse.mountinfo import FSTYPE, MountEntry, mounts
+from aifs.fuse.mountinfo import FSTYPE, MountEntry, mount_holding
 
 
 class ControlError(Exception):
@@ -17,13 +17,7 @@ class ControlError(Exception):
 
 def mount_of(path: Path) -> MountEntry:
     """The aifs mount that holds `path` (the deepest mount above it must be aifs)."""
-    target = os.path.realpath(path)
-    best = None
-    for entry in mounts():
-        point = str(entry.mountpoint)
-        if target == point or target.startswith(point.rstrip("/") + "/"):
-            if best is None or len(point) > len(str(best.mountpoint)):
-                best = entry
+    best = mount_holding(os.path.realpath(path))
     if best is None or best.fstype != FSTYPE:
         raise ControlError(f"{path} is not on an aifs mount")
     return best

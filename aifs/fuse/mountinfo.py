@@ -46,6 +46,18 @@ def mounts() -> list[MountEntry]:
         return [_parse(line) for line in f]
 
 
+def mount_holding(path: str) -> MountEntry | None:
+    """The mount an absolute, resolved path is on: the deepest mountpoint at or above it and,
+    of mounts stacked there, the last, which hides those below it."""
+    best = None
+    for entry in mounts():
+        point = str(entry.mountpoint)
+        if path == point or path.startswith(point.rstrip("/") + "/"):
+            if best is None or len(point) >= len(str(best.mountpoint)):
+                best = entry
+    return best
+
+
 def find_mount(mountpoint: Path) -> MountEntry | None:
     """The topmost mount at `mountpoint`, or None."""
     target = Path(os.path.abspath(mountpoint))
