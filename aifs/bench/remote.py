@@ -64,11 +64,13 @@ OBJSTORE = tier("objstore")
 Progress = Callable[[str], None]
 
 
-def flash_server(root: Path, capacity: int, transport: str, secret_file: Path) -> AbstractContextManager[str]:
+def flash_server(root: Path, capacity: int, transport: str, secret_file: Path,
+                 options: tuple[str, ...] = ()) -> AbstractContextManager[str]:
+    """`options`: more `aifs flash serve` options."""
     port = free_port()
     argv = [sys.executable, "-m", "aifs", "flash", "serve", "--dir", str(root), "--capacity", str(capacity),
             "--listen", f"127.0.0.1:{port}", "--transport", transport, "--secret-file", str(secret_file),
-            "--log-level", "warning"]
+            "--log-level", "warning", *options]
     return child("flash server", argv, port, root.with_suffix(".log"))
 
 

@@ -10,6 +10,8 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 from aifs.cli.logsetup import LOG_FORMAT
 from aifs.cli.sdnotify import notify
 from aifs.flash.limits import ServerLimits
+from aifs.push.mask import load_patterns
+from aifs.push.serving import ServedTransforms, enabled_names
 from aifs.rdma.auth import Secret, SecretFileError, write_secret_file
 from aifs.rdma.transport import Address, TransportUnavailable
 from aifs.rdma.verbs_server import ARENA_BYTES, SLOT_BYTES
@@ -97,11 +99,17 @@ def flash() -> None:
               help="Connections beyond it are told the server is busy and closed.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=LIMITS.idle_timeout,
               show_default=True, help="Seconds after which a connection that sends nothing is closed.")
+@click.option("--transforms", default="", metavar="NAMES",
+              help="Transforms clients may run over the blocks here (aifs push): a comma-separated list of "
+                   "filter, mask, tokenize. None by default.")
+@click.option("--mask-patterns", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="A TOML file of named mask patterns to register besides the built-in email and phone.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def serve(root: Path, capacity: int, listen: Address, secret: Secret | None, transport: str,
           rdma_device: str | None, rdma_memory: int, rdma_slot: int, max_block_size: int, max_request_memory: int,
-          max_connections: int, idle_timeout: float, log_level: str) -> None:
+          max_connections: int, idle_timeout: float, transforms: str, mask_patterns: Path | None,
+          log_level: str) -> None:
     """Serve immutable blocks from DIR to every mount that lists this server and holds its secret.
 
     Prints one line "serving HOST:PORT over TRANSPORT" once it accepts clients;
@@ -116,6 +124,7 @@ def serve(root: Path, capacity: int, listen: Address, secret: Secret | None, tra
                               max_connections=max_connections, idle_timeout=idle_timeout)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    served = _served_transforms(transforms, mask_patterns)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
 
     def ready(address: Address, kind: str) -> None:
@@ -124,12 +133,24 @@ def serve(root: Path, capacity: int, listen: Address, secret: Secret | None, tra
         notify("READY=1")  # a systemd unit of Type=notify (deploy/systemd/aifs-flash@.service)
 
     try:
-        run(root, capacity, listen, secret, limits, transport, rdma_device, rdma_memory, rdma_slot, ready)
+        run(root, capacity, listen, secret, limits, transport, rdma_device, rdma_memory, rdma_slot, ready, served)
     except TransportUnavailable as e:
         raise click.UsageError(str(e)) from None
     except OSError as e:
         click.echo(f"aifs flash serve: {e}", err=True)
         sys.exit(1)
+
+
+def _served_transforms(names: str, mask_patterns: Path | None) -> ServedTransforms | None:
+    """What --transforms and --mask-patterns enable; a usage error for what cannot be."""
+    try:
+        enabled = enabled_names(names)
+        patterns = load_patterns(mask_patterns)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if mask_patterns is not None and "mask" not in enabled:
+        raise click.UsageError("--mask-patterns registers patterns for the mask transform; add mask to --transforms")
+    return ServedTransforms(enabled, patterns) if enabled else None
 
 
 @flash.command()

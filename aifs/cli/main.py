@@ -31,6 +31,7 @@ COMMANDS = {  # name: "module:attribute"
     "locate": "aifs.cli.locate_cmd:locate",
     "freeze": "aifs.cli.freeze_cmd:freeze",
     "thaw": "aifs.cli.freeze_cmd:thaw",
+    "push": "aifs.cli.push_cmd:push",
 }
 
 

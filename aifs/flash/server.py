@@ -43,8 +43,9 @@ import trio
 
 from aifs.flash.budget import ByteBudget
 from aifs.flash.limits import ServerLimits
-from aifs.flash.requests import BadRequest, Request, parse
+from aifs.flash.requests import TRANSFORM, BadRequest, Request, parse
 from aifs.flash.store import SUM, BlockStore, ChecksumMismatch, CorruptRecord, Record, Refused, ServedStore, StoreFull
+from aifs.push.serving import NEED_TOKENIZER, NeedTokenizer, ServedTransforms, TransformRefused, piece_answer
 from aifs.rdma.auth import NO_HANDSHAKE, AuthError, RequestMacs, Secret, ServerHandshake
 from aifs.rdma.keys import KeyExchangeError, QpInfo
 from aifs.rdma.loopsock import LoopSocket, PeerClosed
@@ -137,10 +138,13 @@ Offload = Callable[..., Awaitable[Any]]
 
 class BlockServer:
     def __init__(self, store: ServedStore, secret: Secret, verbs: VerbsEndpoint | None = None, io_threads: int = 8,
-                 limits: ServerLimits = ServerLimits(), offload: Offload | None = None) -> None:
+                 limits: ServerLimits = ServerLimits(), offload: Offload | None = None,
+                 transforms: ServedTransforms | None = None) -> None:
         """`offload(fn, *args)` runs a disk call off the loop; by default on `io_threads`
-        threads of the server's own (a mount serving peers queues them behind its own reads)."""
+        threads of the server's own (a mount serving peers queues them behind its own reads).
+        `transforms`: those this server runs over its blocks (aifs.push); None refuses all."""
         self.store = store
+        self.transforms = transforms
         self.verbs = verbs
         self.limits = limits
         self.connections = 0
@@ -150,7 +154,7 @@ class BlockServer:
         self._offload = offload or partial(_on_threads, trio.CapacityLimiter(io_threads))
         self._handlers: dict[str, Callable[[Request, Any, list[Any]], Awaitable[Answer]]] = {
             GET: self._get, PUT: self._put, DELETE: self._delete, HAS: self._has, STAT: self._stat,
-            UNPIN: self._unpin, QP: self._qp, LOCATE: self._locate,
+            UNPIN: self._unpin, QP: self._qp, LOCATE: self._locate, TRANSFORM: self._transform,
         }
 
     async def serve(self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -254,14 +258,14 @@ class BlockServer:
         except BadRequest as e:
             await self._refuse(link, frames, rid, _error(BAD_REQUEST, str(e)), n)
             return
-        need = n if request.op == PUT else self._answer_bytes(request)
+        need = n + self._answer_bytes(request)
         refusal = self._refusal(request, n, need)
         if refusal is not None:
             await self._refuse(link, frames, rid, refusal, n)
             return
         await self._budget.take(need)
         try:
-            record = await self._receive(link, frames, n) if request.op == PUT else None
+            record = await self._receive(link, frames, n) if request.op in (PUT, TRANSFORM) else None
         except BaseException:
             self._budget.give_back(need)
             raise
@@ -273,14 +277,14 @@ class BlockServer:
             nursery.start_soon(self._answer, *job)
 
     def _answer_bytes(self, request: Request) -> int:
-        """Memory a read's answer will hold until it is sent."""
-        if request.op != GET:
+        """Memory a read's answer will hold until it is sent (a transform's: its piece)."""
+        if request.op not in (GET, TRANSFORM):
             return 0
         size = self.store.size(request.block_id)
         return size if request.length < 0 else min(size, request.length)
 
     def _refusal(self, request: Request, n: int, need: int) -> Answer | None:
-        if n and request.op != PUT:
+        if n and request.op not in (PUT, TRANSFORM):
             return _error(BAD_REQUEST, f"a {request.op} request carries no payload")
         if request.op == PUT and n > self.limits.max_block:
             return _error(LIMIT, f"a block of {n} bytes is larger than this server takes "
@@ -401,6 +405,27 @@ class BlockServer:
             return _error(TOO_LARGE, str(e))
         return Answer({"off": ref.offset, "len": ref.length})
 
+    async def _transform(self, request: Request, record: Record, _: list[Any]) -> Answer:
+        """Run a built-in transform over a piece of a block; the piece is cut from the whole
+        block, which the store checks against its checksum."""
+        if self.transforms is None:
+            return _error(REFUSED, "this server runs no transforms (its admin enables them with "
+                                   "`aifs flash serve --transforms filter,mask,tokenize`)")
+        try:
+            transform = self.transforms.transform(request.job, bytes(record.payload) or None)
+            data, _, _ = await self._in_thread(self.store.read, request.block_id)
+        except NeedTokenizer as e:
+            return _error(NEED_TOKENIZER, str(e))
+        except TransformRefused as e:
+            return _error(REFUSED, str(e))
+        except KeyError:
+            return _error(MISSING)
+        except CorruptRecord as e:
+            return _error(CORRUPT, str(e))
+        end = len(data) if request.length < 0 else request.offset + request.length
+        reply, body = await self._in_thread(piece_answer, transform, data[request.offset:end])
+        return Answer(reply, memoryview(body))
+
     def _load(self, block_id: int) -> tuple[memoryview, int]:
         data, _, block_sum = self.store.read(block_id)
         return data, block_sum
@@ -482,14 +507,15 @@ def _check_descriptors(limits: ServerLimits) -> None:
 
 def run(root: Path, capacity: int, listen: Address, secret: Secret, limits: ServerLimits = ServerLimits(),
         transport: str = "auto", device: str | None = None, arena_bytes: int = ARENA_BYTES,
-        slot_bytes: int = SLOT_BYTES, on_ready: Callable[[Address, str], None] = lambda address, kind: None) -> None:
+        slot_bytes: int = SLOT_BYTES, on_ready: Callable[[Address, str], None] = lambda address, kind: None,
+        transforms: ServedTransforms | None = None) -> None:
     """Serve until SIGTERM or SIGINT; `on_ready` is told the bound address and the transport."""
     choice = choose(transport, device)
     _check_descriptors(limits)
     store = BlockStore(root, capacity)
     verbs = VerbsEndpoint(choice.device, arena_bytes, slot_bytes) if choice.device else None
     try:
-        server = BlockServer(store, secret, verbs, limits=limits)
+        server = BlockServer(store, secret, verbs, limits=limits, transforms=transforms)
         trio.run(_serve_until_signal, server, listen, lambda a: on_ready(a, choice.kind))
     finally:
         if verbs is not None:

@@ -322,6 +322,12 @@ class RemoteFlashTier:
         self._fan_out([self._request(h, block_id, lambda c, t, o=o: c.unpin(o, t))
                        for h, o in self._objects(block_id)])
 
+    def whole_copies(self, block_id: int) -> tuple[int, list[str]]:
+        """The block's id on the servers and, in ring order, the servers that are up and should
+        hold a whole copy of it: none when it is erasure-coded, as each server holds a shard."""
+        key = self._key(block_id)
+        return key, [] if self._ec is not None else [h.name for h in self._replica_set(key)]
+
     def contains(self, block_id: int) -> bool:
         block_id = self._key(block_id)
         held = self._fan_out([self._request(h, block_id, lambda c, t, o=o: c.contains(o, t))

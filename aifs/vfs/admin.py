@@ -15,6 +15,7 @@ import trio
 from pydantic import Field
 
 from aifs.meta.attrs import BlockRef
+from aifs.push.plan import push_plan
 from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, unique_blocks
 from aifs.vfs.locate import Locator
 from aifs.vfs.stats import stats_sample
@@ -114,6 +115,10 @@ class Admin:
     def _blocks(self, ino: int) -> list[BlockRef]:
         return unique_blocks(self.vol.meta.all_block_refs(ino))
 
+    async def push_plan(self, inodes: list[Inode]) -> dict:
+        """Where the blocks of these files are, for `aifs push` (aifs.push.plan)."""
+        return push_plan(self.vol, inodes)
+
     async def unpin(self, inodes: list[Inode]) -> dict:
         files = self.files_under(inodes)
         return {"files": len(files), "unpinned": self.vol.pinner.unpin(files)}
@@ -148,4 +153,4 @@ class Admin:
     def handlers(self) -> dict:
         return {"status": self.status, "stats": self.stats, "sync": self.sync, "file_state": self.file_state,
                 "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident,
-                "freeze": self.freeze, "locate": self.locate}
+                "freeze": self.freeze, "locate": self.locate, "push_plan": self.push_plan}
