@@ -50,6 +50,38 @@ def test_buffered_reads_get_the_configured_read_ahead(vol):
     assert value == "1024"
 
 
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def heap_flags(volume) -> list[str]:
+    """The VmFlags of the daemon's heap: `hg` when it is madvised for transparent huge pages."""
+    [pid] = volume.daemon_pids()
+    mapping = None
+    for line in open(f"/proc/{pid}/smaps"):
+        if not line[0].isupper():
+            mapping = line.split()[-1]
+        elif line.startswith("VmFlags:") and mapping == "[heap]":
+            return line.split()[1:]
+    raise AssertionError(f"process {pid} has no heap")
+
+
+@pytest.mark.skipif(not os.path.exists(THP) or "[never]" in open(THP).read(),
+                    reason="this kernel has no transparent huge pages")
+def test_the_mount_heap_lies_in_huge_pages_unless_told_otherwise(make_volume, monkeypatch):
+    """glibc reads its tunables when a program starts: `aifs mount` starts itself again with
+    glibc.malloc.hugetlb=1 added to what the caller set, and an operator's own value stands."""
+    volume = make_volume("huge-heap")
+    assert "hg" in heap_flags(volume)
+    volume.umount()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=8")
+    volume.mount()
+    assert "hg" in heap_flags(volume)
+    volume.umount()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    volume.mount()
+    assert "hg" not in heap_flags(volume)
+
+
 def test_umount_of_a_plain_directory_is_refused(tmp_path):
     cp = aifs_cli("umount", str(tmp_path))
     assert cp.returncode == 2

@@ -22,6 +22,7 @@ from aifs.cli.logsetup import setup_logging
 from aifs.cli.sdnotify import notify_ready_when_mounted
 from aifs.config import Config, machine_warnings
 from aifs.units import size
+from aifs.fuse.heap import exec_with_huge_pages
 from aifs.fuse.mountinfo import MountEntry, aifs_mount, find_mount
 from aifs.fuse.preflight import MountRefused, check_fuse_device
 from aifs.vfs.exitrecord import ExitRecord
@@ -45,6 +46,7 @@ _BACKGROUND_FLAGS = ("-d", "--background")
 def mount(config_path: Path | None, state_dir: Path | None, background: bool, nonempty: bool,
           accept_missing_marker: bool, mountpoint: Path) -> None:
     """Mount the volume at MOUNTPOINT (foreground unless -d)."""
+    exec_with_huge_pages()  # before anything is opened: descriptors do not survive it
     config = load_or_exit(config_path, state_dir)
     mountpoint = mountpoint.absolute()
     _check_mountpoint(mountpoint, nonempty)

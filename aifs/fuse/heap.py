@@ -15,10 +15,17 @@ of the mount's CPU in a sequential read from NVMe. A block the RAM tier evicts
 leaves its memory for the next block read, so the RAM tier's capacity still
 bounds what the heap holds; two arenas at most, each trimmed past the trim
 threshold, bound what free memory it keeps.
+
+The heap lies in transparent huge pages (glibc's `glibc.malloc.hugetlb` tunable, read only
+when a program starts, so `aifs mount` starts itself again with it): the RAM tier's heap
+grows by a block at a time, and on 4 KiB pages a GiB read costs a quarter of a million
+page faults, each far dearer on a VM that has handed free pages back to its host.
 """
 
 import ctypes
 import logging
+import os
+import sys
 
 from aifs.tiers.files import libc
 
@@ -30,6 +37,19 @@ _M_ARENA_MAX = -8
 MMAP_THRESHOLD = 32 << 20  # glibc's largest: requests and blocks come from the heap
 TRIM_THRESHOLD = 128 << 20  # free heap an arena keeps: twice what max_tasks' requests hold
 ARENAS = 2  # the event loop's, and one the worker threads share (they allocate little)
+TUNABLES = "GLIBC_TUNABLES"
+HUGE_PAGES = "glibc.malloc.hugetlb"  # 1: madvise the heap for transparent huge pages (glibc 2.35 on)
+
+
+def exec_with_huge_pages() -> None:
+    """Run this program again at once, the same process, with its heap in huge pages; a
+    program that already has the tunable (or any setting of it) goes on as it is."""
+    tunables = os.environ.get(TUNABLES, "")
+    if HUGE_PAGES in tunables or not sys.executable:
+        return
+    environment = dict(os.environ)
+    environment[TUNABLES] = ":".join(filter(None, (tunables, f"{HUGE_PAGES}=1")))
+    os.execve(sys.executable, sys.orig_argv, environment)
 
 
 def keep_request_buffers() -> None:
