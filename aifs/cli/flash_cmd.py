@@ -10,8 +10,7 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 from aifs.cli.logsetup import LOG_FORMAT
 from aifs.cli.sdnotify import notify
 from aifs.flash.limits import ServerLimits
-from aifs.push.mask import load_patterns
-from aifs.push.serving import ServedTransforms, enabled_names
+from aifs.push.serving import FLASH_SERVER, ServedTransforms, served_transforms
 from aifs.rdma.auth import Secret, SecretFileError, write_secret_file
 from aifs.rdma.transport import Address, TransportUnavailable
 from aifs.rdma.verbs_server import ARENA_BYTES, SLOT_BYTES
@@ -144,13 +143,10 @@ def serve(root: Path, capacity: int, listen: Address, secret: Secret | None, tra
 def _served_transforms(names: str, mask_patterns: Path | None) -> ServedTransforms | None:
     """What --transforms and --mask-patterns enable; a usage error for what cannot be."""
     try:
-        enabled = enabled_names(names)
-        patterns = load_patterns(mask_patterns)
+        served = served_transforms(names.split(","), mask_patterns, FLASH_SERVER)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    if mask_patterns is not None and "mask" not in enabled:
-        raise click.UsageError("--mask-patterns registers patterns for the mask transform; add mask to --transforms")
-    return ServedTransforms(enabled, patterns) if enabled else None
+    return served if served.enabled else None
 
 
 @flash.command()

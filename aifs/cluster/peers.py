@@ -6,7 +6,8 @@ chosen as the flash servers choose) with a verbs endpoint beside it, whose regis
 arena is smaller than a flash server's (a mount's memory is mostly its RAM tier's). Its
 socket is bound before the volume is mounted, so an address in use is one clear line at
 start rather than a mount that serves nobody. Peers find it through the session record,
-which carries the advertised address.
+which carries the advertised address. It runs the push transforms `[cluster] transforms`
+enables over the blocks it holds (aifs.push), and no others.
 """
 
 import socket
@@ -19,6 +20,7 @@ from aifs.cluster.peer_store import PeerStore
 from aifs.config.models import ClusterConfig
 from aifs.flash.server import BlockServer
 from aifs.meta.sessions import SessionInfo
+from aifs.push.serving import PEER_NODE, served_transforms
 from aifs.rdma.auth import Secret
 from aifs.rdma.select import choose
 from aifs.rdma.transport import Address
@@ -41,6 +43,7 @@ class PeerServer:
         self._socket = _listen(Address.parse(cluster.serve))
         port = self._socket.getsockname()[1]
         self.address = str(Address(cluster.advertised_host.strip("[]"), port))
+        self._transforms = served_transforms(cluster.transforms, cluster.mask_patterns, PEER_NODE)
         self._server: BlockServer | None = None
 
     @property
@@ -52,7 +55,8 @@ class PeerServer:
         """Serve the tiers' blocks until cancelled."""
         verbs = VerbsEndpoint(self._device, ARENA_BYTES, SLOT_BYTES) if self._device is not None else None
         try:
-            self._server = BlockServer(PeerStore(tiers), self._secret, verbs, offload=tiers.for_peers)
+            self._server = BlockServer(PeerStore(tiers), self._secret, verbs, offload=tiers.for_peers,
+                                       transforms=self._transforms)
             await self._server.serve_on(trio.socket.from_stdlib_socket(self._socket))
         finally:
             if verbs is not None:

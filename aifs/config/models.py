@@ -520,14 +520,44 @@ class MetricsConfig(_Table):
 WILDCARD_HOSTS = ("0.0.0.0", "[::]", "")
 
 
+def _transform_names(names: list[str]) -> list[str]:
+    from aifs.push.serving import enabled_names  # here: the push package imports modules that import this one
+
+    try:
+        enabled_names(names)
+    except ValueError as e:
+        raise PydanticCustomError("transforms", "{problem}", {"problem": str(e)}) from None
+    return names
+
+
 class ClusterConfig(BlockClient):
     """How this mount shares its RAM and NVMe with the other mounts of a shared volume: with
     `serve` set it answers their block reads, and reads blocks that hash to them from them
-    rather than from the durable tier. Its peers are the sessions that advertise an address."""
+    rather than from the durable tier. Its peers are the sessions that advertise an address.
+    `transforms` are those it runs for their push jobs (aifs.push) over the blocks it holds."""
 
     serve: Annotated[str, AfterValidator(_listen)] | None = None
     advertise: NonEmpty | None = None  # the host peers dial; by default the host of `serve`
     secret_file: SecretFile | None = None  # every mount of the volume holds the same one
+    transforms: Annotated[list[str], AfterValidator(_transform_names)] = []
+    mask_patterns: AbsPath | None = None  # a TOML file of mask patterns besides the built-in ones
+
+    @model_validator(mode="after")
+    def _transforms_served(self) -> "ClusterConfig":
+        """Checked at start, as `aifs flash serve` checks its own: not at a peer's first job."""
+        from aifs.push.serving import PEER_NODE, served_transforms  # here, as in _transform_names
+
+        if (self.transforms or self.mask_patterns is not None) and self.serve is None:
+            raise PydanticCustomError(
+                "cluster", "transforms run on the block server this mount serves its peers; set cluster.serve "
+                "too, or remove cluster.transforms and cluster.mask_patterns",
+                {"config_key": "serve", "config_value": None})
+        try:
+            served_transforms(self.transforms, self.mask_patterns, PEER_NODE)
+        except ValueError as e:
+            raise PydanticCustomError("cluster", "{problem}", {"problem": str(e), "config_key": "mask_patterns",
+                                                               "config_value": str(self.mask_patterns)}) from None
+        return self
 
     @model_validator(mode="after")
     def _reachable(self) -> "ClusterConfig":

@@ -1,10 +1,11 @@
 """One push job: transform files where their blocks are, write the results as new files.
 
 The client asks the mount where each source file's blocks are (the `push_plan` control
-operation), sends each block's piece of work to a flash server that holds a whole copy of
-it, and transforms itself what no server can: blocks in no server's whole copy (only in
-S3, erasure-coded shards, holes), on a server that refuses the transform, or on one that
-dies mid-run. Pieces run concurrently and are joined in file order (aifs.push.records), so
+operation), sends each block's piece of work to a block server that holds it (a flash
+server with a whole copy, or another node of a shared volume), and transforms itself what
+no server can or need: blocks this node holds itself, blocks on no server (only in S3,
+erasure-coded shards, holes), on a server that refuses the transform, or on one that dies
+mid-run. Pieces run concurrently and are joined in file order (aifs.push.records), so
 the output is byte for byte the transform of the whole file on the client.
 
 Each result is written through the mount to a hidden temporary file beside its destination
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 from aifs.control.client import ControlClient, ControlError, mount_of
 from aifs.push.pieces import Piece, file_pieces
 from aifs.push.records import Stitcher
-from aifs.push.servers import PieceAnswer, PushServers
+from aifs.push.servers import PieceAnswer, PushServers, Reach
 from aifs.push.serving import piece_answer
 from aifs.push.targets import Target, targets
 from aifs.push.transforms import Transform
@@ -49,7 +50,7 @@ class PushReport:
     bytes_in: int = 0        # source bytes
     on_servers: int = 0      # of them, transformed where they are
     on_client: int = 0       # of them, read through the mount and transformed here
-    moved: int = 0           # bytes of the job's requests to the flash servers and their answers
+    moved: int = 0           # bytes of the job's requests to the block servers and their answers
     bytes_out: int = 0
     total: int = 0           # source bytes of the whole job
     outputs: list[str] = field(default_factory=list)
@@ -74,6 +75,8 @@ def run(transform: Transform, sources: Iterable[str | os.PathLike], out: str | o
         if note is not None:
             note(line)
 
+    for line in plan["notes"]:
+        noted(line)
     servers = _servers(plan, transform, timeout, noted)
     job = _Job(transform, servers, report, progress or (lambda _: None))
     try:
@@ -100,21 +103,31 @@ def _plan(found: list[Target]) -> dict[str, Any]:
                    for i in range(0, len(inodes), PLAN_BATCH)]
     except ControlError as e:
         raise PushError(str(e)) from None
-    return {**batches[0], "files": [entry for batch in batches for entry in batch["files"]]}
+    return {"block_size": batches[0]["block_size"],
+            "servers": {name: server for batch in batches for name, server in batch["servers"].items()},
+            "notes": list(dict.fromkeys(line for batch in batches for line in batch["notes"])),
+            "files": [entry for batch in batches for entry in batch["files"]]}
 
 
 def _servers(plan: dict[str, Any], transform: Transform, timeout: float,
              note: Callable[[str], None]) -> PushServers | None:
-    """The job's flash servers; None when the volume has none, or their secret cannot be read."""
-    if plan["secret_file"] is None:
-        note("the volume has no flash servers: every piece is transformed here")
+    """The job's block servers, each with the secret that reaches it; None when there are none."""
+    if not plan["servers"]:
+        note("no flash server or other node holds these files' blocks: every piece is transformed here")
         return None
+    kinds = {server["secret_file"]: server["kind"] for server in plan["servers"].values()}
+    secrets = {path: _secret(path, kind, note) for path, kind in kinds.items()}
+    reach = {name: Reach(server["kind"], secret) for name, server in plan["servers"].items()
+             if (secret := secrets[server["secret_file"]]) is not None}
+    return PushServers(reach, timeout, transform, note) if reach else None
+
+
+def _secret(path: str, kind: str, note: Callable[[str], None]) -> Secret | None:
     try:
-        secret = Secret.from_file(Path(plan["secret_file"]))
+        return Secret.from_file(Path(path))
     except SecretFileError as e:
-        note(f"cannot use the flash servers ({e}): every piece is transformed here")
+        note(f"cannot reach the {kind}s ({e}): their pieces are transformed here")
         return None
-    return PushServers(secret, timeout, transform, note)
 
 
 class _Job:
@@ -148,7 +161,7 @@ class _Job:
 
     def _piece(self, fd: int, piece: Piece) -> tuple[PieceAnswer, bool]:
         """The piece's answer, and whether a server gave it."""
-        answer = self.servers.answer(piece) if self.servers is not None and piece.servers else None
+        answer = self.servers.answer(piece) if self.servers is not None and piece.places else None
         if answer is not None:
             return answer, True
         return PieceAnswer(*piece_answer(self.transform, _read(fd, piece))), False

@@ -10,9 +10,9 @@ from typing import Any
 class Piece:
     file_offset: int
     length: int
-    key: int = 0                   # the object's id on the servers
-    object_offset: int = 0         # where the piece starts in that object
-    servers: tuple[str, ...] = ()  # in the order to ask them; none: read through the mount
+    object_offset: int = 0  # where the piece starts in its block
+    # (server, the block's id there) in the order to ask them; none: read through the mount
+    places: tuple[tuple[str, int], ...] = ()
 
 
 def _gap(start: int, end: int, block_size: int) -> list[Piece]:
@@ -22,12 +22,12 @@ def _gap(start: int, end: int, block_size: int) -> list[Piece]:
 def file_pieces(plan: dict[str, Any], block_size: int) -> list[Piece]:
     """The pieces of one file of the mount's plan (aifs.push.plan), covering its bytes once."""
     size, pieces, covered = plan["size"], [], 0
-    for index, key, servers, offset, length in plan["pieces"]:
+    for index, offset, length, places in plan["pieces"]:
         start = index * block_size
         end = min(start + length, size)
         if end <= covered:
             continue
         pieces += _gap(covered, start, block_size)
-        pieces.append(Piece(start, end - start, key, offset, tuple(servers)))
+        pieces.append(Piece(start, end - start, offset, tuple((name, key) for name, key in places)))
         covered = end
     return pieces + _gap(covered, size, block_size)

@@ -1,14 +1,16 @@
-"""The flash servers of one push job, as the client asks them for pieces.
+"""The block servers of one push job (flash servers, peer nodes), as the client asks them for pieces.
 
-A piece goes to the servers that hold whole copies of its block, in ring order. A server
-that does not hold the block, or whose copy is corrupt, passes it on to the next; one that
-cannot be reached, breaks the connection (killed mid-run), or refuses the transform (not
-enabled there, or an older server) is not asked again in this job, and why is noted once.
-A piece no server answered is the client's to transform (`answer` returns None).
+A piece goes to the servers the plan names for its block, in order, each reached with the
+secret it authenticates with. A server that does not hold the block, or whose copy is
+corrupt, passes it on to the next; one that cannot be reached, breaks the connection
+(killed mid-run), or refuses the transform (not enabled there, or an older server) is not
+asked again in this job, and why is noted once. A piece no server answered is the client's
+to transform (`answer` returns None).
 """
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aifs.flash.requests import TRANSFORM
@@ -17,7 +19,7 @@ from aifs.push.serving import NEED_TOKENIZER
 from aifs.push.tokenize import Tokenize
 from aifs.push.transforms import Transform
 from aifs.rdma.auth import AuthError, Secret
-from aifs.rdma.tcp import TcpConnection, TcpTransport
+from aifs.rdma.tcp import TcpConnection
 from aifs.rdma.transport import Address, BlockMissing, RemoteError, TransportError
 from aifs.rdma.wire import CORRUPT, TAG_BYTES, frame
 
@@ -36,9 +38,18 @@ class PieceAnswer:
         self.whole = bool(header["whole"])
 
 
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """How the client reaches one server: what notes call it, and the secret it authenticates."""
+
+    kind: str
+    secret: Secret
+
+
 class PushServers:
-    def __init__(self, secret: Secret, timeout: float, transform: Transform, note: Callable[[str], None]) -> None:
-        self._transport = TcpTransport(STREAMS, timeout, secret=secret)
+    def __init__(self, servers: Mapping[str, Reach], timeout: float, transform: Transform,
+                 note: Callable[[str], None]) -> None:
+        self._servers = dict(servers)
         self._timeout = timeout
         self._job = {"name": transform.name, "args": transform.args()}
         self._tokenizer = transform.spec if isinstance(transform, Tokenize) else None
@@ -49,11 +60,11 @@ class PushServers:
         self.moved = 0  # bytes sent to the servers and received from them
 
     def answer(self, piece: Piece) -> PieceAnswer | None:
-        for name in piece.servers:
-            if name in self._given_up:
+        for name, key in piece.places:
+            if name in self._given_up or name not in self._servers:
                 continue
             try:
-                return self._ask(name, piece)
+                return self._ask(name, key, piece)
             except BlockMissing:
                 continue
             except RemoteError as e:
@@ -63,8 +74,8 @@ class PushServers:
                 self._give_up(name, f"it did not answer: {e}")
         return None
 
-    def _ask(self, name: str, piece: Piece) -> PieceAnswer:
-        request = {"op": TRANSFORM, "id": piece.key, "off": piece.object_offset, "len": piece.length,
+    def _ask(self, name: str, key: int, piece: Piece) -> PieceAnswer:
+        request = {"op": TRANSFORM, "id": key, "off": piece.object_offset, "len": piece.length,
                    "job": self._job}
         try:
             return self._call(name, request, None)
@@ -86,7 +97,8 @@ class PushServers:
     def _connection(self, name: str) -> TcpConnection:
         with self._lock:
             if name not in self._connections:
-                self._connections[name] = self._transport.connect(Address.parse(name))
+                self._connections[name] = TcpConnection(Address.parse(name), STREAMS, self._timeout,
+                                                        secret=self._servers[name].secret)
             return self._connections[name]
 
     def _give_up(self, name: str, why: str) -> None:
@@ -94,7 +106,7 @@ class PushServers:
             if name in self._given_up:
                 return
             self._given_up.add(name)
-        self._note(f"flash server {name}: {why}; its pieces are transformed here")
+        self._note(f"{self._servers[name].kind} {name}: {why}; its pieces go to other copies or are transformed here")
 
     def close(self) -> None:
         for connection in self._connections.values():

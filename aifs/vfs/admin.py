@@ -117,7 +117,7 @@ class Admin:
 
     async def push_plan(self, inodes: list[Inode]) -> dict:
         """Where the blocks of these files are, for `aifs push` (aifs.push.plan)."""
-        return push_plan(self.vol, inodes)
+        return await push_plan(self.vol, inodes)
 
     async def unpin(self, inodes: list[Inode]) -> dict:
         files = self.files_under(inodes)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import Volume, aifs_cli  # tests/conftest.py
 from tests.flash.servers import ServerProcess, new_secret_file, start_all
-from tests.flash.test_mount_remote import remote_volume, server_objects
+from tests.flash.test_mount_remote import remote_volume, remount_with_nvme_wiped, server_objects
 
 BLOCK = 64 << 10
 HOLD_TIMEOUT_S = 30.0
@@ -63,7 +63,8 @@ class PushSetup:
 
 @pytest.fixture(scope="module")
 def pushed(tmp_path_factory) -> PushSetup:
-    """Three servers (the third runs only filter) and a mount whose blocks they all hold."""
+    """Three servers (the third runs only filter) and a mount whose blocks they all hold, mounted
+    anew with its local tiers wiped."""
     base = tmp_path_factory.mktemp("push")
     secret_file = new_secret_file(base / "volume.secret")
     options = (TRANSFORMS, TRANSFORMS, ("--transforms", "filter"))
@@ -84,6 +85,7 @@ def pushed(tmp_path_factory) -> PushSetup:
         addresses = [s.address for s in servers]
         wait_until(lambda: server_objects(addresses, servers[0].secret) >= 2 * setup.blocks(), HOLD_TIMEOUT_S,
                    "the servers hold two copies of every block")
+        remount_with_nvme_wiped(volume)  # blocks this node holds are transformed here, not sent
         yield setup
     finally:
         volume.close()
