@@ -233,14 +233,10 @@ class AifsOperations(pyfuse3.Operations):
 
     async def readdir(self, fh, start_id, token):
         listing = self._dirs[fh]
-        import sys, time; t0=time.perf_counter(); n=0
-        try:
-          for entry in listing.entries(self.vol, start_id):
+        for entry in listing.entries(self.vol, start_id):
             if not entry_reply(token, entry, self.timeouts):
                 listing.unsent(entry)
-                return; n+=1
-        finally:
-          print('RD', start_id, n, round((time.perf_counter()-t0)*1e6), file=sys.stderr, flush=True)
+                return
 
     async def releasedir(self, fh):
         del self._dirs[fh]
