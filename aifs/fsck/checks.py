@@ -36,7 +36,7 @@ def _check_dentries(ctx: Context, ns: Namespace) -> Iterator[Finding]:
     for key, value in ctx.meta.kv.scan(keys.DENTRY):
         parent, name, child = split_dentry(key, value)
         if ns.valid(parent, child):
-            yield from _check_entry_type(ctx, ns, key, value)
+            yield from _check_entry_type(ctx, ns, key, value, (parent, name, child))
             continue
         subject = f"{ns.entry_path(parent, name)} ({show_key(key)}) -> inode {child}"
         delete = partial(repair.delete_keys, ctx.meta.kv, key)
@@ -49,9 +49,10 @@ def _check_dentries(ctx: Context, ns: Namespace) -> Iterator[Finding]:
                           "delete the entry", delete, ino=child)
 
 
-def _check_entry_type(ctx: Context, ns: Namespace, key: bytes, value: bytes) -> Iterator[Finding]:
+def _check_entry_type(ctx: Context, ns: Namespace, key: bytes, value: bytes,
+                      entry: tuple[int, bytes, int]) -> Iterator[Finding]:
     """An entry records its inode's file type for listings; an entry of the older form records none."""
-    parent, name, child = split_dentry(key, value)
+    parent, name, child = entry
     recorded, actual = keys.read_entry(value)[1], ns.inodes[child]
     if recorded is not None and recorded != actual:
         yield Finding("dentry-type", f"{ns.entry_path(parent, name)} ({show_key(key)}) -> inode {child}",

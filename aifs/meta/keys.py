@@ -149,7 +149,7 @@ def lease(name: bytes) -> bytes:
 def owner(key: bytes) -> int | None:
     """The inode a key belongs to, or None for volume-wide keys (counters, queues, orphans)."""
     if key[:1] in OWNED_TAGS:
-        return _U64.unpack_from(key, 1)[0]
+        return read_u64(key, 1)
     return None
 
 
