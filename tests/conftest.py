@@ -33,6 +33,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from helpers import explain_buffer_difference  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET = os.environ.get("AIFS_TEST_TARGET", "aifs")
 TIMEOUT = float(os.environ.get("AIFS_TEST_TIMEOUT", "180"))
@@ -299,6 +301,13 @@ atexit.register(_cleanup_at_exit)
 
 def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_assertrepr_compare(op, left, right):
+    """Large byte buffers that differ are described in a few lines, not a text diff."""
+    if op in ("==", "!="):
+        return explain_buffer_difference(left, right)
+    return None
 
 
 def pytest_configure(config):

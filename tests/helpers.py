@@ -417,3 +417,35 @@ def metrics_text(port: int) -> str:
     """The exposition a metrics endpoint on 127.0.0.1 serves, past any proxy settings."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     return opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+
+LARGE_BUFFER = 4096
+
+
+def explain_buffer_difference(left: Any, right: Any) -> list[str] | None:
+    """A few lines on how two large byte buffers differ (lengths, the first differing
+    offset, the bytes there, digests), in place of pytest's text diff, which for buffers of
+    megabytes runs for minutes; None for anything else, which pytest then explains itself."""
+    kinds = (bytes, bytearray, memoryview)
+    if not (isinstance(left, kinds) and isinstance(right, kinds)):
+        return None
+    left, right = bytes(left), bytes(right)
+    if max(len(left), len(right)) <= LARGE_BUFFER:
+        return None
+    first = _first_difference(left, right)
+    window = slice(max(0, first - 8), first + 24)
+    return [f"buffers of {len(left):,} and {len(right):,} bytes differ first at offset {first:,}",
+            f"left  [{window.start:,}:]: {left[window].hex(' ')}",
+            f"right [{window.start:,}:]: {right[window].hex(' ')}",
+            f"sha256 {hashlib.sha256(left).hexdigest()} != {hashlib.sha256(right).hexdigest()}"]
+
+
+def _first_difference(left: bytes, right: bytes, chunk: int = 1 << 16) -> int:
+    """Offset of the first byte that differs (the shorter length when one is a prefix),
+    found chunk by chunk so a gigabyte costs milliseconds."""
+    start = next((i for i in range(0, min(len(left), len(right)), chunk)
+                  if left[i:i + chunk] != right[i:i + chunk]), None)
+    if start is None:
+        return min(len(left), len(right))
+    pairs = zip(left[start:start + chunk], right[start:start + chunk])
+    return start + next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(left), len(right)) - start)

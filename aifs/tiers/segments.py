@@ -307,8 +307,9 @@ class SegmentLog:
         return _read_exact(fd, count, position)
 
     def read_cached(self, location: Location, offset: int = 0, length: int | None = None) -> bytearray | None:
-        """`read`, from the page cache only: None when any of the bytes would need the disk,
-        so an event loop serves cached bytes at once and leaves disk reads to a thread."""
+        """`read`, from the page cache (RWF_NOWAIT): None when the kernel would have to wait
+        for the disk, so an event loop serves cached bytes at once and leaves disk reads to a
+        thread. Kernels may still read a few missing pages in themselves before answering."""
         fd, count, position = self._span(location, offset, length)
         buf = bytearray(count)
         try:
