@@ -13,6 +13,7 @@ from aifs.rdma.auth import Secret
 from aifs.tiers.manager import TierManager
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.objstore import LocalObjectStore
+from aifs.tiers.packed import PackedStore, PackIndex
 from aifs.tiers.protocol import ColdTier, PeerTier, RemoteTier
 from aifs.tiers.ram import RamTier
 from aifs.tiers.s3 import S3Tier
@@ -34,14 +35,18 @@ def open_nvme(config: Config, read_only: bool = False) -> NvmeTier:
     return NvmeTier(config.tier_path(tier), capacity, max_dirty, read_only=read_only)
 
 
-def open_cold(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM) -> ColdTier:
+def open_cold(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM,
+              packs: PackIndex | None = None) -> ColdTier:
     """The durable bottom tier: the local object store, or an S3 bucket checked to belong to
-    `volume`. With MarkerMode.CHECK (fsck, gc) opening it writes nothing."""
+    `volume`. With MarkerMode.CHECK (fsck, gc) opening it writes nothing. With the volume's
+    `packs` index it reads packed blocks from their packs (aifs.tiers.packed)."""
     bottom = config.tiers[-1]
     if isinstance(bottom, S3TierConfig):
-        return S3Tier(bottom, config.capacity_of(bottom), VolumeMarker.from_dict(volume), marker)
-    return LocalObjectStore(config.tier_path(bottom), config.capacity_of(bottom),
-                            read_only=marker is MarkerMode.CHECK)
+        cold = S3Tier(bottom, config.capacity_of(bottom), VolumeMarker.from_dict(volume), marker)
+    else:
+        cold = LocalObjectStore(config.tier_path(bottom), config.capacity_of(bottom),
+                                read_only=marker is MarkerMode.CHECK)
+    return cold if packs is None else PackedStore(cold, packs)
 
 
 def open_remote(tier: RemoteTierConfig, volume: dict) -> RemoteTier:
@@ -70,12 +75,13 @@ def open_peers(cluster: ClusterConfig) -> PeerTier:
     )
 
 
-def open_tier_manager(config: Config, volume: dict, marker: MarkerMode = MarkerMode.CLAIM) -> TierManager:
+def open_tier_manager(config: Config, volume: dict, packs: PackIndex,
+                      marker: MarkerMode = MarkerMode.CLAIM) -> TierManager:
     """Every tier of the config behind the one TierManager the mount's upper layers use."""
     ram = _tier(config, "ram")
     ram_tier = RamTier(config.capacity_of(ram) if ram is not None else 0)
     nvme = open_nvme(config)
-    cold = open_cold(config, volume, marker)
+    cold = open_cold(config, volume, marker, packs)
     remote = _tier(config, "remote")
     peers = open_peers(config.cluster) if config.cluster.serve is not None else None
     if remote is None:

@@ -32,6 +32,7 @@ COMMANDS = {  # name: "module:attribute"
     "freeze": "aifs.cli.freeze_cmd:freeze",
     "thaw": "aifs.cli.freeze_cmd:thaw",
     "push": "aifs.cli.push_cmd:push",
+    "pack": "aifs.cli.pack_cmd:pack",
 }
 
 

@@ -1,12 +1,12 @@
 """`aifs pin`, `aifs unpin` and `aifs warmup`: place data in a tier of a running mount."""
 
 import os
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
 
+from aifs.batches import batches
 from aifs.cli.admin_cmd import ask
 from aifs.cli.common import fail
 from aifs.cli.treewalk import TreeWalk
@@ -43,19 +43,6 @@ def unpin(paths: tuple[Path, ...]) -> None:
     for path in paths:
         report = ask(path, "unpin", inodes=[os.stat(path).st_ino])
         click.echo(f"{path}: {report['unpinned']} of {report['files']} files unpinned")
-
-
-def _batches(files: Batch) -> Iterator[Batch]:
-    """Few control calls for many small files, yet progress that moves for large ones."""
-    batch, nbytes = [], 0
-    for ino, file_bytes in files:
-        if batch and (len(batch) >= BATCH_FILES or nbytes + file_bytes > BATCH_BYTES):
-            yield batch
-            batch, nbytes = [], 0
-        batch.append((ino, file_bytes))
-        nbytes += file_bytes
-    if batch:
-        yield batch
 
 
 @click.command()
@@ -125,7 +112,7 @@ def _work(paths: tuple[Path, ...]) -> tuple[Work, list[str]]:
     for path in paths:
         client = ControlClient.for_path(path)
         walk = TreeWalk(path)
-        work += [(client, batch) for batch in _batches(list(walk))]
+        work += [(client, batch) for batch in batches(walk, lambda file: file[1], BATCH_FILES, BATCH_BYTES)]
         unreadable += walk.unreadable
     return work, unreadable
 

@@ -465,6 +465,20 @@ class WritebackConfig(_Table):
     max_dirty: Capacity = None
     dirty_wait: float = Field(60.0, ge=0, strict=True)
     garbage_grace: float = Field(5.0, ge=0, strict=True)
+    pack_below: Size = MiB
+    pack_size: Size = 4 * MiB
+    pack_wait: float = Field(2.0, ge=0, le=3600, strict=True)
+
+    @model_validator(mode="after")
+    def _packs_hold_small_blocks(self) -> "WritebackConfig":
+        if self.pack_below and self.pack_size < 2 * self.pack_below:
+            raise PydanticCustomError(
+                "pack_size",
+                "pack_size ({size}) must be at least twice pack_below ({below}), or a pack could not "
+                "hold two of the blocks it is for; set pack_below = 0 to upload every block on its own",
+                {"size": format_size(self.pack_size), "below": format_size(self.pack_below)},
+            )
+        return self
 
     @model_validator(mode="after")
     def _beside_within_concurrency(self) -> "WritebackConfig":

@@ -16,10 +16,11 @@ answer, and OSError for a path that cannot be read.
 import os
 import stat
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from aifs.batches import batches
 from aifs.cli.treewalk import TreeWalk
 from aifs.control.client import ControlClient, mount_of
 
@@ -159,7 +160,7 @@ def _walk(path: Path, owner: int, mounts: _Mounts) -> list[str]:
 def _ask_mount(client: ControlClient, files: list[_File], found: list[Location]) -> None:
     """Ask one mount about its files, batch by batch; a node silent once is not asked again."""
     skip: set[str] = set()
-    for batch in _batches(files):
+    for batch in batches(files, lambda f: f.size, BATCH_FILES, BATCH_BYTES):
         answer = client.call("locate", inodes=sorted({f.ino for f in batch}), skip=sorted(skip))
         reports = {report["ino"]: report for report in answer["files"]}
         skip |= set(answer["unknown"]) - {FLASH_SERVERS}
@@ -168,17 +169,3 @@ def _ask_mount(client: ControlClient, files: list[_File], found: list[Location])
                 found[index].unknown.setdefault(place, why)  # why it was first silent, not that it was skipped
         for f in batch:
             found[f.owner].add(reports[f.ino])
-
-
-def _batches(files: list[_File]) -> Iterator[list[_File]]:
-    """Batches of at most BATCH_FILES files and BATCH_BYTES bytes (a larger file alone)."""
-    batch: list[_File] = []
-    nbytes = 0
-    for f in files:
-        if batch and (len(batch) >= BATCH_FILES or nbytes + f.size > BATCH_BYTES):
-            yield batch
-            batch, nbytes = [], 0
-        batch.append(f)
-        nbytes += f.size
-    if batch:
-        yield batch

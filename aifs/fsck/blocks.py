@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from functools import partial
 from itertools import groupby
 
-import msgpack
-
 from aifs.fsck import repair
 from aifs.fsck.context import Context
 from aifs.fsck.damage import check_damage
@@ -38,6 +36,13 @@ def check_blocks(ctx: Context) -> Iterator[Finding]:
 
 def queued_ids(kv: KVStore, tag: bytes) -> set[int]:
     return {keys.read_u64(key, 1) for key, _ in kv.scan(tag)}
+
+
+def live_ids(kv: KVStore) -> set[int]:
+    """Blocks the metadata still needs: every one a block ref points at, queued for upload
+    (U) or retired and not deleted yet (G)."""
+    referenced = {BlockRef.decode(value).block_id for _, value in kv.scan(keys.BLOCK)}
+    return referenced | queued_ids(kv, keys.UPLOAD) | queued_ids(kv, keys.GARBAGE)
 
 
 def staged_elsewhere(kv: KVStore, node: bytes) -> dict[int, str]:

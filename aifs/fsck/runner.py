@@ -19,6 +19,7 @@ from aifs.fsck.checks import check_keys, check_links
 from aifs.fsck.context import Context
 from aifs.fsck.marker import check_marker
 from aifs.fsck.orphans import check_orphans
+from aifs.fsck.packs import check_packs
 from aifs.fsck.report import Finding, Summary
 from aifs.fsck.tiers import open_tiers
 from aifs.meta import MetaEngine, keys
@@ -28,7 +29,7 @@ from aifs.meta.sessions import live_sessions
 from aifs.tiers.s3_marker import S3SetupError
 from aifs.vfs.statedir import StateDirError, VolumeBusy, VolumeLock, known_node_id
 
-CHECKS = (check_marker, check_keys, check_orphans, check_links, check_blocks)
+CHECKS = (check_marker, check_keys, check_orphans, check_links, check_blocks, check_packs)
 
 Emit = Callable[[Finding], None]
 
@@ -43,7 +44,7 @@ def run_fsck(config: Config, *, repair: bool = False, verify: bool = False,
     Raises FsckError when the check cannot run or cannot finish (a tier that cannot be read)."""
     try:
         with offline_volume(config, writable=repair) as meta, \
-                open_tiers(config, meta.volume, read_only=not repair) as (nvme, cold):
+                open_tiers(config, meta, read_only=not repair) as (nvme, cold):
             ctx = Context(meta, nvme, cold, verify=verify)
             return check_volume(ctx, str(config.volume.state_dir), repair, emit)
     except (S3SetupError, StateDirError, FsError) as e:

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from aifs.blockstore.compose import open_cold, open_nvme
 from aifs.config import Config
+from aifs.meta import MetaEngine
 from aifs.tiers.nvme import NvmeTier
 from aifs.tiers.protocol import ColdTier
 from aifs.tiers.s3_marker import MarkerMode
@@ -25,12 +26,12 @@ class HeldBlocks(Protocol):
 
 
 @contextmanager
-def open_tiers(config: Config, volume: dict, read_only: bool = False) -> Iterator[tuple[NvmeTier, ColdTier]]:
+def open_tiers(config: Config, meta: MetaEngine, read_only: bool = False) -> Iterator[tuple[NvmeTier, ColdTier]]:
     """The NVMe staging tier and the durable bottom tier of a volume (a config always has both);
     the durable tier is only checked against the volume, never claimed (fsck writes no marker).
     A `read_only` NVMe tier changes nothing on disk (fsck without --repair)."""
     nvme = open_nvme(config, read_only=read_only)
     try:
-        yield nvme, open_cold(config, volume, MarkerMode.CHECK)
+        yield nvme, open_cold(config, meta.volume, MarkerMode.CHECK, meta)
     finally:
         nvme.close()

@@ -28,7 +28,7 @@ def run_gc(config: Config, *, delete: bool = False, emit: Emit = lambda stray: N
     """Find (and with `delete`, remove) unreferenced objects in the volume's durable tier."""
     try:
         with offline_volume(config, writable=delete) as meta:
-            cold = open_cold(config, meta.volume, MarkerMode.CHECK)
+            cold = open_cold(config, meta.volume, MarkerMode.CHECK, meta)
             if cold.marker_missing:
                 raise GcError(f"{cold.url()} holds no aifs volume marker, so its objects cannot be told "
                               "to be this volume's; refusing to list or delete them")

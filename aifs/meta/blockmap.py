@@ -4,7 +4,6 @@ A block ref is replaced, never edited: the old block id goes to the garbage queu
 with a not-before time, and its pending upload (if any) is dropped with it.
 """
 
-import time
 from collections.abc import Iterable
 
 import msgpack
@@ -12,6 +11,8 @@ import msgpack
 from aifs.meta import keys
 from aifs.meta.attrs import BlockRef, Inode
 from aifs.meta.kv import Batch
+from aifs.meta.packs import PackMember
+from aifs.meta.queues import due_in
 from aifs.meta.txn import Txn, retried
 
 DEFAULT_GRACE_NS = 5 * 10**9
@@ -24,12 +25,17 @@ def queue_upload(batch: Batch, ref: BlockRef, node: bytes = b"") -> None:
 
 
 class BlockMapOps:
-    """Mixed into MetaEngine; needs `kv`, `usage`, `block_size`, `garbage_grace_ns` and `node`."""
+    """Mixed into MetaEngine; needs `kv`, `usage`, `block_size`, `garbage_grace_ns`, `node`
+    and PackOps."""
 
     def block_refs(self, ino: int, indexes: Iterable[int]) -> dict[int, BlockRef]:
         indexes = list(indexes)
         values = self.kv.multi_get([keys.block(ino, i) for i in indexes])
         return {i: BlockRef.decode(v) for i, v in zip(indexes, values) if v is not None}
+
+    def block_ref_values(self, ino: int) -> dict[int, bytes]:
+        """The stored block refs of `ino` by index, as bytes (what a later commit may expect)."""
+        return {keys.read_u64(k, 9): v for k, v in self.kv.scan(keys.block_prefix(ino))}
 
     def all_block_refs(self, ino: int) -> dict[int, BlockRef]:
         prefix = keys.block_prefix(ino)
@@ -120,8 +126,13 @@ class BlockMapOps:
         value = self.kv.get_fresh(keys.upload(block_id))
         return None if value is None else value[8:].decode() or "this node"
 
-    def uploads_done(self, block_ids: list[int]) -> None:
+    @retried
+    def uploads_done(self, block_ids: list[int], packs: dict[int, list[PackMember]] | None = None) -> None:
+        """Clear the upload records of blocks now durable, and record the packs that hold
+        some of them (`packs`: pack id -> members), in one commit."""
         txn = Txn(self.kv)
+        for pack_id, members in (packs or {}).items():
+            self.record_pack(txn, pack_id, members)
         for block_id in block_ids:
             txn.batch.delete(keys.upload(block_id))
             txn.batch.delete(keys.rush(block_id))
@@ -135,14 +146,7 @@ class BlockMapOps:
         self.kv.commit(batch)
 
     def garbage_due(self, limit: int = 1024, now_ns: int | None = None) -> list[int]:
-        now_ns = time.time_ns() if now_ns is None else now_ns
-        due = []
-        for key, value in self.kv.scan(keys.GARBAGE):
-            if msgpack.unpackb(value) <= now_ns:
-                due.append(keys.read_u64(key, 1))
-                if len(due) >= limit:
-                    break
-        return due
+        return due_in(self.kv, keys.GARBAGE, limit, now_ns)
 
     def garbage_done(self, block_ids: list[int]) -> None:
         txn = Txn(self.kv)

@@ -20,6 +20,7 @@ from aifs.meta.ids import IdAllocator
 from aifs.meta.kv import KVStore
 from aifs.meta.rocks_kv import ShardedRocksKV
 from aifs.meta.names import NAME_MAX, check_name
+from aifs.meta.packs import PackOps
 from aifs.meta.pins import PinOps
 from aifs.meta.txn import Txn, retried
 from aifs.meta.usage import Usage
@@ -33,7 +34,7 @@ DIR_SIZE = 4096
 IsOpen = Callable[[int], bool]
 
 
-class MetaEngine(BlockMapOps, XattrOps, PinOps):
+class MetaEngine(BlockMapOps, PackOps, XattrOps, PinOps):
     """The namespace of one volume; callers pass in whether an inode is open (for orphans).
 
     On a shared engine `node` names this node in the records it owns (staged uploads), and

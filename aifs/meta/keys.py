@@ -24,6 +24,9 @@ HOLDER = b"H"
 LEASE = b"K"
 LOCKS = b"F"
 RUSH = b"R"
+PACK = b"A"
+PACKED = b"M"
+SUPERSEDED = b"Z"
 
 _U64 = struct.Struct(">Q")
 _ENTRY = struct.Struct(">QB")
@@ -115,6 +118,22 @@ def rushed(changed: list[bytes]) -> list[int]:
 
 def garbage(block_id: int) -> bytes:
     return GARBAGE + u64(block_id)
+
+
+def pack(pack_id: int) -> bytes:
+    """A pack: one durable object holding several small blocks end to end (aifs.meta.packs)."""
+    return PACK + u64(pack_id)
+
+
+def packed(block_id: int) -> bytes:
+    """Where a packed block lives: its pack, and its offset there."""
+    return PACKED + u64(block_id)
+
+
+def superseded(block_id: int) -> bytes:
+    """A block moved into a pack: its object of its own is deleted once the time in the value
+    has come (a reader that found it just before the move still reads it)."""
+    return SUPERSEDED + u64(block_id)
 
 
 def pin(ino: int) -> bytes:

@@ -61,6 +61,8 @@ class VolumeCollector:
                                 value=self.vol.tiers.pending_bytes(pending))
         yield CounterMetricFamily("aifs_uploaded_bytes", "Bytes uploaded to the durable tier",
                                   value=uploader.uploaded_bytes)
+        yield CounterMetricFamily("aifs_uploaded_packs", "Packs of small blocks uploaded to the durable tier",
+                                  value=uploader.uploaded_packs)
         yield GaugeMetricFamily("aifs_dirty_bytes", "Dirty bytes staged on NVMe",
                                 value=self.vol.tiers.dirty_bytes())
 

@@ -43,11 +43,11 @@ from typing import Any, TypeVar
 import trio
 
 from aifs.errors import FsError
+from aifs.meta.packs import PackMember
 from aifs.metrics.tiers import observe_tier_read
 from aifs.tiers.background import BackgroundCalls, RemoteUsage
 from aifs.tiers.checksum import Buffer, CorruptBlock, checksum, chunk_span, chunks_match, sums_of
 from aifs.tiers.nvme import NvmeTier, StagingFull
-from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.priority import Priority, PriorityLimiter, Ticket
 from aifs.tiers.protocol import ColdTier, PeerTier, RemoteTier, Tier
 from aifs.tiers.ram import RamTier
@@ -431,6 +431,48 @@ class TierManager:
         self.cold.put(block_id, buf)
         return len(buf)
 
+    def staged_length(self, block_id: int) -> int | None:
+        """The size of a block NVMe holds (staged for upload); None when it holds none."""
+        location = self.nvme.locate(block_id)
+        return None if location is None else location.length
+
+    async def upload_pack(self, pack_id: int, members: list[tuple[int, int]]) -> list[PackMember]:
+        """Copy staged blocks (id, checksum), end to end in their order, to the cold tier as
+        one object `pack_id` (durable only after `uploads_durable`); returns where each went.
+        A block missing from NVMe or rotten there is left out, for its caller to upload on
+        its own (and fail loudly)."""
+        return await self._cold_io(Ticket(Priority.UPLOAD), self._upload_pack, pack_id, members)
+
+    def _upload_pack(self, pack_id: int, members: list[tuple[int, int]]) -> list[PackMember]:
+        data = bytearray()
+        placed = []
+        for block_id, expected in members:
+            block = self.nvme.get(block_id)
+            if block is None or checksum(block) != expected:
+                continue
+            placed.append(PackMember(block_id, len(data), len(block), expected))
+            data += block
+        if placed:
+            self.cold.put(pack_id, data)
+        return placed
+
+    async def put_durable(self, object_id: int, data: bytes) -> None:
+        """Put an object built from blocks already durable (a pack made anew) and make it
+        durable before returning, at upload priority."""
+        ticket = Ticket(Priority.UPLOAD)
+        await self._cold_io(ticket, self.cold.put, object_id, data)
+        await self._cold_io(ticket, self.cold.flush)
+
+    async def read_durable(self, object_id: int, offset: int, length: int) -> bytes | None:
+        """Bytes of an object in the durable tier as it is stored (a whole pack), unverified:
+        the caller checks each block in it against its own checksum."""
+        return await self._cold_io(Ticket(Priority.UPLOAD), self.cold.get_range, object_id, offset, length)
+
+    async def delete_durable(self, object_ids: list[int]) -> None:
+        """Delete objects from the durable tier alone: blocks whose bytes moved into packs
+        keep every other copy."""
+        await self._cold_io(Ticket(Priority.UPLOAD), self.cold.delete_many, object_ids)
+
     async def uploads_durable(self, block_ids: list[int]) -> None:
         """Make uploaded blocks durable in the cold tier; from then on NVMe may evict them."""
         await self._cold_io(Ticket(Priority.UPLOAD), self.cold.flush)
@@ -508,10 +550,15 @@ class TierManager:
         """Where an operator finds the durable tier."""
         return self.cold.url()
 
+    @property
+    def packs_fetched_ahead(self) -> int:
+        """Packs the durable tier read to their end in one request for a reader going in order."""
+        return getattr(self.cold, "fetched_ahead", 0)  # a durable tier without packs fetches none
+
     def durable_used(self) -> int | None:
         """Bytes in the durable tier when it can count them cheaply (a local store); None for a
         bucket, which cannot be asked its size without listing it."""
-        return self.cold.used() if isinstance(self.cold, LocalObjectStore) else None
+        return self.cold.used() if self.cold.used_is_exact else None
 
     def durable_breaker_health(self) -> dict[str, Any] | None:
         """The durable tier's circuit breaker (CircuitBreaker.health); None when it has none: a

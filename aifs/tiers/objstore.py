@@ -20,6 +20,7 @@ _OBJECT_NAME = re.compile(r"[0-9a-f]{16}")
 class LocalObjectStore:
     name = "objstore"
     marker_missing = False  # no marker: a local directory is named only by its own volume's config
+    used_is_exact = True  # it counts what its folders hold
 
     def __init__(self, root: Path, capacity: int, read_only: bool = False) -> None:
         """`read_only` (fsck without --repair) creates nothing: a store never written to may lack

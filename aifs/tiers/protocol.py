@@ -26,9 +26,11 @@ class Tier(Protocol):
 
 class ColdTier(Tier, Protocol):
     """The durable bottom tier: puts become durable at the latest when flush() returns.
-    `marker_missing`: opened to check only, it found no volume marker (see s3_marker)."""
+    `marker_missing`: opened to check only, it found no volume marker (see s3_marker).
+    `used_is_exact`: used() is what the tier holds, not only what this process put."""
 
     marker_missing: bool
+    used_is_exact: bool
 
     def flush(self) -> None: ...
 

@@ -39,6 +39,7 @@ DELETE_BATCH = 1000  # the most objects one DeleteObjects request may name
 
 class S3Tier:
     name = "s3"
+    used_is_exact = False  # see used()
 
     def __init__(self, settings: S3Settings, capacity: int, volume: VolumeMarker,
                  marker: MarkerMode = MarkerMode.CLAIM) -> None:

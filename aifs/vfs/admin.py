@@ -3,17 +3,19 @@ where files' bytes are.
 
 The type hints are the control protocol: the control server checks every request against
 them (aifs.control.dispatch) before a handler runs. Every request is bounded in time except
-those that load data (pin, warmup), which the CLI splits into batches.
+those that load or move data (pin, warmup, pack), which the CLI splits into batches.
 """
 
 import stat
 import time
+from dataclasses import asdict
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
 import trio
 from pydantic import Field
 
+from aifs.errors import FsError
 from aifs.meta.attrs import BlockRef
 from aifs.push.plan import push_plan
 from aifs.vfs.loading import Loaded, load_blocks, missing_bytes, unique_blocks
@@ -92,6 +94,19 @@ class Admin:
             done.add(await load_blocks(self.vol.tiers, self._blocks(ino), tier))
         return {"files": len(files), "loaded_bytes": done.loaded, "warm_bytes": done.warm}
 
+    async def pack(self, inodes: list[Inode]) -> dict:
+        """Move the small blocks of these files that are stored on their own into packs, in
+        the order given (aifs.vfs.repack); entries gone or not regular files are passed over."""
+        files = [ino for ino in inodes if self._is_file(ino)]
+        report = await self.vol.repacker.pack_files(files)
+        return asdict(report) | {"not_files": len(inodes) - len(files)}
+
+    def _is_file(self, ino: int) -> bool:
+        try:
+            return stat.S_ISREG(self.vol.meta.getattr(ino).mode)
+        except FsError:
+            return False
+
     async def resident(self, inodes: list[Inode], tier: TierName) -> dict:
         """How much of the files under these inodes `tier` holds now: what a warmup left there
         once later blocks had pushed out earlier ones."""
@@ -152,5 +167,5 @@ class Admin:
 
     def handlers(self) -> dict:
         return {"status": self.status, "stats": self.stats, "sync": self.sync, "file_state": self.file_state,
-                "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident,
+                "pin": self.pin, "unpin": self.unpin, "warmup": self.warmup, "resident": self.resident, "pack": self.pack,
                 "freeze": self.freeze, "locate": self.locate, "push_plan": self.push_plan}

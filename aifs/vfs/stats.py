@@ -19,7 +19,8 @@ def upload_figures(volume: Volume) -> dict[str, int]:
     pending = uploader.pending
     return {"pending_blocks": len(pending), "pending_bytes": volume.tiers.pending_bytes(pending),
             "dirty_bytes": volume.tiers.dirty_bytes(), "uploaded_blocks": uploader.uploaded_blocks,
-            "uploaded_bytes": uploader.uploaded_bytes, "offers_pending": volume.tiers.offers_pending}
+            "uploaded_bytes": uploader.uploaded_bytes, "uploaded_packs": uploader.uploaded_packs,
+            "packs_fetched_ahead": volume.tiers.packs_fetched_ahead, "offers_pending": volume.tiers.offers_pending}
 
 
 def stats_sample(volume: Volume, started: float) -> dict[str, Any]:

@@ -115,6 +115,7 @@ def status_report(volume: Volume, started: float) -> dict[str, Any]:
         "pending_bytes": tiers.pending_bytes(pending),
         "uploaded_blocks": uploader.uploaded_blocks,
         "uploaded_bytes": uploader.uploaded_bytes,
+        "uploaded_packs": uploader.uploaded_packs,
         "upload_rate": uploader.uploaded_bytes / mounted_s,
         "served_to_peers": dict(volume.peer_server.served) if volume.peer_server is not None else {},
         "offers_pending": tiers.offers_pending,

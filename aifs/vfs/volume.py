@@ -28,6 +28,7 @@ from aifs.vfs.orderfetch import OrderPrefetcher
 from aifs.vfs.pinning import Pinner
 from aifs.vfs.prefetch import Prefetcher
 from aifs.vfs.readahead import DEFAULT_LIMIT, Readahead
+from aifs.vfs.repack import Repacker
 from aifs.vfs.statedir import VolumeLock, node_id, prepare_state_dir
 from aifs.vfs.writeback import GarbageCollector, Uploader
 
@@ -55,7 +56,7 @@ class Volume:
                                node.encode())
         self._check_block_size()
         expect_marker = self.meta.volume_stats()[1] > 0 and not accept_missing_marker  # it holds file data
-        self.tiers = open_tier_manager(config, self.meta.volume,
+        self.tiers = open_tier_manager(config, self.meta.volume, self.meta,
                                        MarkerMode.EXPECT if expect_marker else MarkerMode.CLAIM)
         self.files = OpenFiles()
         self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta, lambda: [of.ino for of in self.files.all()],
@@ -71,7 +72,8 @@ class Volume:
         self.data = FileData(self.meta, self.tiers, self._blocks_committed, self.prefetch,
                              lambda ino: self.pinner.pins.get(ino) == "ram", config.meta.remote_block_wait)
         self._nursery: trio.Nursery | None = None
-        self.gc = GarbageCollector(self.meta, self.tiers, self.files,
+        self.repacker = Repacker(self.meta, self.tiers, config.writeback)
+        self.gc = GarbageCollector(self.meta, self.tiers, self.files, self.repacker,
                                    self.cluster.runs_duties if self.cluster is not None else None)
         self.adopter = Adopter(self.meta, self.tiers, self.cluster, config.meta.heartbeat,
                                config.writeback.upload_concurrency) if self.cluster is not None else None
@@ -88,12 +90,14 @@ class Volume:
 
     def _recover(self) -> None:
         """Resume what a crash interrupted: dirty blocks stay pinned, blocks staged for a
-        commit that never happened are dropped, orphans are freed."""
+        commit that never happened are dropped, packs being put are abandoned (their blocks
+        are still queued), orphans are freed."""
         dropped = self.tiers.recover_staged(self.meta.pending_uploads())
         if dropped:
             log.info("dropped %d block(s) staged by writes whose metadata commit never happened "
                      "(the daemon stopped between the two): %s", len(dropped),
                      " ".join(f"{b:016x}" for b in dropped[:10]))
+        self.meta.abandon_packs(self.meta.unfinished_packs())
         self.gc.reclaim_orphans()
 
     def _blocks_committed(self, ino: int, refs: list[BlockRef]) -> None:

@@ -19,10 +19,13 @@ from aifs.config.models import WritebackConfig
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
+from aifs.meta.packs import PackMember
 from aifs.meta.writestate import MetaWriteFailed
 from aifs.tiers.manager import TierManager
 from aifs.vfs.openfile import OpenFiles
+from aifs.vfs.packing import PackPlanner
 from aifs.vfs.pacing import TokenBucket
+from aifs.vfs.repack import Repacker
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,11 @@ class Uploader:
         self._queue: dict[int, int] = meta.pending_uploads()
         self._urgent: set[int] = set()
         self._in_flight: set[int] = set()
+        self._running = 0  # uploads in flight: a pack is one, however many blocks it holds
         self._uploaded: list[int] = []  # uploaded (or abandoned), not committed yet
+        self._packs: dict[int, list[PackMember]] = {}  # uploaded packs, not recorded yet
+        self._planner = PackPlanner(settings, tiers.staged_length)
+        self._pack_due = math.inf  # when a pack waiting to fill is uploaded as it is
         self._paused_until = float("-inf")
         self._commit_failure: FsError | OSError | None = None  # of the last group, until one commits
         self._wake = trio.Event()
@@ -83,6 +90,7 @@ class Uploader:
         self._progress = trio.Event()
         self.uploaded_blocks = 0
         self.uploaded_bytes = 0
+        self.uploaded_packs = 0
 
     @property
     def pending(self) -> list[int]:
@@ -90,6 +98,7 @@ class Uploader:
 
     def enqueue(self, refs: list[BlockRef]) -> None:
         self._queue.update((ref.block_id, ref.checksum) for ref in refs)
+        self._planner.queued((ref.block_id for ref in refs), trio.current_time())
         self._wake.set()
 
     def writers_closed(self) -> None:
@@ -118,20 +127,27 @@ class Uploader:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._commit_uploaded)
             while True:
-                block_id = self._next_block()
-                if block_id is None or not self._may_start():
+                blocks = self._next_upload() if self._may_start() else []
+                if not blocks:
                     await self._wait_for_change()
                     continue
-                self._in_flight.add(block_id)
-                nursery.start_soon(self._upload_one, block_id, self._queue[block_id])
+                self._in_flight.update(blocks)
+                self._running += 1
+                if len(blocks) == 1:
+                    nursery.start_soon(self._upload_one, blocks[0], self._queue[blocks[0]])
+                else:
+                    nursery.start_soon(self._upload_pack, blocks)
 
-    def _next_block(self) -> int | None:
-        """The first queued block not started yet (in flight, or uploaded and not committed)."""
+    def _next_upload(self) -> list[int]:
+        """The blocks of the next upload, among those queued and not started yet (in flight,
+        or uploaded and not committed): one block, or a pack's members (aifs.vfs.packing)."""
         started = self._in_flight.union(self._uploaded)
-        return next((b for b in self._queue if b not in started), None)
+        waiting = (b for b in self._queue if b not in started)
+        blocks, self._pack_due = self._planner.next_upload(waiting, self._urgent, trio.current_time())
+        return blocks
 
     def _may_start(self) -> bool:
-        return trio.current_time() >= self._paused_until and len(self._in_flight) < self._allowed()
+        return trio.current_time() >= self._paused_until and self._running < self._allowed()
 
     def _allowed(self) -> int:
         """How many uploads may run at once now: all, or only those allowed beside busy writers."""
@@ -148,7 +164,7 @@ class Uploader:
         elif writers_active(self.tiers, self.files):
             wake_at = writers_quiet_at(self.tiers, self.files)
         else:
-            wake_at = now + IDLE_POLL_S
+            wake_at = min(now + IDLE_POLL_S, self._pack_due)
         with trio.move_on_at(wake_at):
             await self._wake.wait()
         self._wake = trio.Event()
@@ -161,32 +177,74 @@ class Uploader:
                 await self._pace.take(nbytes)
             self._uploaded.append(block_id)
         except MetaWriteFailed as e:  # the metadata engine is away: the block stays queued
-            log.warning("upload of block %016x waits for the metadata: %s; retrying in %.0f s",
-                        block_id, e, RETRY_S)
-            self._paused_until = trio.current_time() + RETRY_S
+            self._retry_later(f"upload of block {block_id:016x} waits for the metadata: {e}")
         except FsError as e:
             log.error("upload of block %016x abandoned: %s; run aifs fsck", block_id, e)
             self._uploaded.append(block_id)
         except OSError as e:
-            log.warning("upload of block %016x failed: %s; retrying in %.0f s", block_id, e, RETRY_S)
-            self._paused_until = trio.current_time() + RETRY_S
+            self._retry_later(f"upload of block {block_id:016x} failed: {e}")
         finally:
-            self._in_flight.discard(block_id)
-            self._wake.set()
-            self._finished.set()
+            self._ended([block_id])
+
+    async def _upload_pack(self, block_ids: list[int]) -> None:
+        """Upload blocks as one pack; those the pack leaves out (not staged here, or rotten)
+        go back to be uploaded on their own, which reports what is wrong with them."""
+        try:
+            await self._put_pack(block_ids)
+        except MetaWriteFailed as e:
+            self._retry_later(f"upload of a pack of {len(block_ids)} blocks waits for the metadata: {e}")
+        except OSError as e:
+            self._retry_later(f"upload of a pack of {len(block_ids)} blocks failed: {e}")
+        finally:
+            self._ended(block_ids)
+
+    def _retry_later(self, what: str) -> None:
+        """An upload that failed stays queued; new ones pause for RETRY_S."""
+        log.warning("%s; retrying in %.0f s", what, RETRY_S)
+        self._paused_until = trio.current_time() + RETRY_S
+
+    def _ended(self, block_ids: list[int]) -> None:
+        """An upload is over, however it went: its slot is free, and what waits looks again."""
+        self._in_flight.difference_update(block_ids)
+        self._running -= 1
+        self._wake.set()
+        self._finished.set()
+
+    async def _put_pack(self, block_ids: list[int]) -> None:
+        pending = set(self.meta.pending_among(block_ids))
+        pack_id = self.meta.new_pack()
+        try:
+            members = await self.tiers.upload_pack(pack_id, [(b, self._queue[b]) for b in block_ids if b in pending])
+        except OSError:
+            self.meta.abandon_packs([pack_id])
+            raise
+        if members:
+            self._packs[pack_id] = members  # recorded by the same commit that clears the members
+            self.uploaded_packs += 1
+        else:
+            self.meta.abandon_packs([pack_id])
+        placed = {m.block_id for m in members}
+        self._planner.go_alone(b for b in block_ids if b in pending and b not in placed)
+        self._uploaded.extend(b for b in block_ids if b in placed or b not in pending)
+        nbytes = sum(m.length for m in members)
+        self.uploaded_bytes += nbytes
+        await self._pace.take(nbytes)
 
     async def _commit_uploaded(self) -> None:
         """Flush what finished to durability, then clear its queue records, in one go; the
         uploads that finish meanwhile make the next group."""
         while True:
             await self._group_due()
-            done = self._uploaded[:]
-            if done and await self._commit_group(done):
+            done, packs = self._uploaded[:], dict(self._packs)
+            if done and await self._commit_group(done, packs):
                 self.uploaded_blocks += len(done)
                 del self._uploaded[:len(done)]
+                for pack_id in packs:
+                    del self._packs[pack_id]
                 for block_id in done:
                     self._queue.pop(block_id, None)
                     self._urgent.discard(block_id)
+                self._planner.forget(done)
             self._progress.set()
             self._progress = trio.Event()
 
@@ -196,13 +254,14 @@ class Uploader:
             await self._finished.wait()
         self._finished = trio.Event()
 
-    async def _commit_group(self, done: list[int]) -> bool:
-        """Make a group durable and clear its records; False (the group stays) when either
-        fails. A refused metadata write is logged by the store, once; other failures here."""
+    async def _commit_group(self, done: list[int], packs: dict[int, list[PackMember]]) -> bool:
+        """Make a group durable, clear its records and record its packs; False (the group
+        stays) when either fails. A refused metadata write is logged by the store, once;
+        other failures here."""
         try:
             self.meta.check_writable()  # no flush for a commit the store would refuse
             await self.tiers.uploads_durable(done)
-            self.meta.uploads_done(done)
+            self.meta.uploads_done(done, packs)
         except (FsError, OSError) as e:
             if self._commit_failure is None and not isinstance(e, MetaWriteFailed):
                 log.warning("committing %d uploaded blocks failed: %s; retrying every %.0f s",
@@ -214,15 +273,18 @@ class Uploader:
 
 
 class GarbageCollector:
-    """Deletes retired blocks from every tier once their grace period is over. On a shared
+    """Deletes retired blocks from every tier once their grace period is over, and the objects
+    of blocks moved into packs; packs left more than half dead are packed anew. On a shared
     volume one node at a time does it: the one `runs_duties` says holds the lease."""
 
-    def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles,
+    def __init__(self, meta: MetaEngine, tiers: TierManager, files: OpenFiles, repacker: Repacker,
                  runs_duties: Callable[[], bool] | None = None) -> None:
         self.meta = meta
         self.tiers = tiers
         self.files = files
+        self.repacker = repacker
         self._runs_duties = runs_duties or (lambda: True)
+        self._sparse: set[int] = set()  # packs more than half dead, to pack anew
 
     async def run(self) -> None:
         """Every GC_PERIOD_S: orphans, then garbage. Asking whether the metadata takes writes
@@ -233,6 +295,8 @@ class GarbageCollector:
                 if self.meta.writable() and self._runs_duties():
                     self.reclaim_orphans()
                     await self.collect()
+                    await self.drop_superseded()
+                    await self.compact()
             except MetaWriteFailed:
                 pass  # the store logs why; the next round tries again
             await trio.sleep(GC_PERIOD_S)
@@ -260,6 +324,7 @@ class GarbageCollector:
         if not due:
             return 0
         try:
+            self._sparse.update(self.meta.settle_packed(due))  # emptied packs are queued in turn
             await self.tiers.delete(due)
         except OSError as e:
             log.warning("deleting %d retired blocks failed: %s; will retry", len(due), e)
@@ -269,3 +334,28 @@ class GarbageCollector:
         except MetaWriteFailed:
             return 0  # still queued: deleted again once the store takes writes, which is harmless
         return len(due)
+
+    async def drop_superseded(self) -> int:
+        """Delete the objects of blocks whose bytes moved into packs, once their grace is over."""
+        due = self.meta.superseded_due()
+        if not due:
+            return 0
+        try:
+            await self.tiers.delete_durable(due)
+        except OSError as e:
+            log.warning("deleting %d objects of packed blocks failed: %s; will retry", len(due), e)
+            return 0
+        self.meta.superseded_done(due)
+        return len(due)
+
+    async def compact(self) -> int:
+        """Pack the live blocks of mostly dead packs anew; one that fails is tried again when
+        more of its blocks die. Waits while writers are busy."""
+        moved = 0
+        while self._sparse and not writers_active(self.tiers, self.files):
+            pack_id = self._sparse.pop()
+            try:
+                moved += await self.repacker.compact(pack_id)
+            except OSError as e:
+                log.warning("packing the live blocks of pack %016x anew failed: %s", pack_id, e)
+        return moved

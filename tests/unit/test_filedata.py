@@ -3,10 +3,12 @@
 import pytest
 import trio
 
+from aifs.config.models import WritebackConfig
 from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import INLINE_BYTES
 from aifs.tiers.ram import RamTier
 from aifs.vfs.openfile import OpenFile, OpenFiles
+from aifs.vfs.repack import Repacker
 from aifs.vfs.writeback import GarbageCollector
 
 from .conftest import BS, FAR_FUTURE, noise, open_writer, trio_test
@@ -296,7 +298,7 @@ async def test_garbage_waits_while_writers_stage_then_goes_in_bulk(files):
     await files.data.truncate(first.ino, None, 0)
     table = OpenFiles()
     open_writer(table)
-    collector = GarbageCollector(files.meta, files.tiers, table)
+    collector = GarbageCollector(files.meta, files.tiers, table, Repacker(files.meta, files.tiers, WritebackConfig()))
     files.tiers.last_stage = trio.current_time()  # a writer staged a block just now
     assert await collector.collect() == 0, "garbage is never urgent"
     files.tiers.last_stage = float("-inf")

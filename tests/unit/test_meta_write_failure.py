@@ -267,7 +267,7 @@ def test_orphans_wait_for_the_store_and_are_freed_once_it_writes(small_fs, meta_
         meta.unlink(ROOT, b"orphan", lambda ino: True)  # open at the time: kept as an orphan
         small_fs.fill()
         create_until_refused(meta)
-        gc = GarbageCollector(meta, None, OpenFiles())
+        gc = GarbageCollector(meta, None, OpenFiles(), None)
         assert gc.reclaim_orphans() == 0
         assert meta.orphans() == [orphan]
         small_fs.free()
@@ -288,7 +288,7 @@ async def test_uploads_whose_commit_is_refused_stay_queued_until_the_store_write
         block_ids = [r.block_id for r in meta.all_block_refs(of.ino).values()]
         small_fs.fill()
         create_until_refused(meta)
-        uploader = Uploader(meta, files.tiers, OpenFiles(), WritebackConfig())
+        uploader = Uploader(meta, files.tiers, OpenFiles(), WritebackConfig(pack_below=0))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(uploader.run)
             with trio.fail_after(10):

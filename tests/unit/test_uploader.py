@@ -1,11 +1,14 @@
 """The uploader: none of its uploads beside busy writers by default, `uploads_beside_writers`
 if set, all of them once the last writer closes; a slow upload holds up neither the other
-slots nor their commits."""
+slots nor their commits. Blocks go up one object each here (pack_below = 0): packs have
+tests of their own."""
 
 import pytest
 import trio
 
 from aifs.config.models import WritebackConfig
+from aifs.tiers.checksum import checksum
+from aifs.tiers.packed import PackedStore
 from aifs.vfs import writeback
 from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.writeback import Uploader
@@ -42,7 +45,7 @@ class CountedUploads:
 async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
     of = await files.write_sealed(b"checkpoint", noise(BLOCKS * BS, 3))
     refs = list(files.meta.all_block_refs(of.ino).values())
-    settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside)
+    settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside, pack_below=0)
     table = OpenFiles()
     open_writer(table)
     uploader = Uploader(files.meta, files.tiers, table, settings)
@@ -73,7 +76,7 @@ async def test_uploads_start_once_the_last_writer_closes_without_waiting_out_the
     refs = list(files.meta.all_block_refs(of.ino).values())
     table = OpenFiles()
     writers = [open_writer(table, ino) for ino in (1, 2)]
-    uploader = Uploader(files.meta, files.tiers, table, WritebackConfig(upload_concurrency=CONCURRENCY))
+    uploader = Uploader(files.meta, files.tiers, table, WritebackConfig(upload_concurrency=CONCURRENCY, pack_below=0))
     uploader.enqueue(refs)
     files.tiers.last_stage = trio.current_time()
     async with trio.open_nursery() as nursery:
@@ -109,7 +112,7 @@ async def test_a_slow_upload_holds_up_neither_the_others_nor_their_commits(files
     of = await files.write_sealed(b"checkpoint", noise(3 * CONCURRENCY * BS, 5))
     refs = list(files.meta.all_block_refs(of.ino).values())
     block_ids = [ref.block_id for ref in refs]
-    settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside)
+    settings = WritebackConfig(upload_concurrency=CONCURRENCY, uploads_beside_writers=beside, pack_below=0)
     table = OpenFiles()
     open_writer(table)
     uploader = Uploader(files.meta, files.tiers, table, settings)
@@ -128,3 +131,43 @@ async def test_a_slow_upload_holds_up_neither_the_others_nor_their_commits(files
             await uploader.wait_uploaded(block_ids)
         nursery.cancel_scope.cancel()
     assert all(files.tiers.cold.contains(b) for b in block_ids)
+
+
+async def run_until_uploaded(uploader: Uploader, block_ids: list[int], within: float = 10) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(uploader.run)
+        with trio.fail_after(within):
+            await uploader.wait_uploaded(block_ids)
+        nursery.cancel_scope.cancel()
+
+
+@trio_test
+async def test_small_blocks_of_several_files_go_up_as_one_pack_in_close_order(files):
+    sealed = [await files.write_sealed(f"f{i}".encode(), noise(1000 * (i + 1), i)) for i in range(5)]
+    refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
+    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=0))
+    uploader.enqueue(refs)
+    await run_until_uploaded(uploader, [ref.block_id for ref in refs])
+    (pack_id,) = files.meta.pack_ids()
+    assert [m.block_id for m in files.meta.pack_record(pack_id).members] == [ref.block_id for ref in refs]
+    assert uploader.uploaded_packs == 1 and files.tiers.cold.contains(pack_id)
+    assert not any(files.tiers.cold.contains(ref.block_id) for ref in refs), "a packed block was also put alone"
+    packed = PackedStore(files.tiers.cold, files.meta)
+    assert all(checksum(packed.get(ref.block_id)) == ref.checksum for ref in refs)
+
+
+@trio_test
+async def test_a_pack_that_does_not_fill_waits_unless_a_sync_hurries_it(files):
+    sealed = [await files.write_sealed(f"g{i}".encode(), noise(2000, i)) for i in range(2)]
+    refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
+    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=60))
+    uploader.enqueue(refs)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(uploader.run)
+        await trio.sleep(0.5)
+        assert uploader.uploaded_bytes == 0, "a pack that could still fill went up"
+        uploader.hurry([refs[1].block_id])
+        with trio.fail_after(10):
+            await uploader.wait_uploaded([ref.block_id for ref in refs])
+        nursery.cancel_scope.cancel()
+    assert uploader.uploaded_packs == 1 and len(files.meta.pack_ids()) == 1

@@ -1,0 +1,194 @@
+"""The durable tier as the layers above see it once small blocks are packed.
+
+A packed block is read from its pack: a ranged GET of its bytes alone, so a shuffled epoch
+costs one request per file as before. A reader that goes through a pack in order (three
+members in a row, or the first member of a pack right after streaming the previous one)
+gets the rest of the pack in one request instead; those bytes wait here, within a budget,
+for the reads of the members that follow. Every byte is still checked against the
+block's own checksums by the tier manager.
+"""
+
+import threading
+from collections import OrderedDict
+from typing import Any, Protocol
+
+from aifs.meta.packs import PackRecord, PackSlot
+from aifs.tiers.protocol import ColdTier
+
+AHEAD = 4  # members a read may skip past the last one read in its pack and still be in order
+BEHIND = 8  # members a read may fall behind the last one read without breaking the order
+STREAK = 2  # in-order reads of a pack before the rest of it is fetched at once
+HELD_BYTES = 64 << 20  # pack bytes fetched ahead and waiting to be read
+TRACKED_PACKS = 4096
+
+
+class PackIndex(Protocol):
+    def slot_of(self, block_id: int) -> PackSlot | None: ...
+
+    def pack_record(self, pack_id: int) -> PackRecord | None: ...
+
+    def packed_blocks(self) -> dict[int, PackSlot]: ...
+
+    def pack_ids(self) -> set[int]: ...
+
+
+class _Held:
+    """Bytes [start, start + len(data)) of one pack, fetched ahead."""
+
+    def __init__(self, start: int, data: bytes) -> None:
+        self.start, self.data = start, data
+
+    def slice(self, offset: int, length: int) -> bytes | None:
+        lo = offset - self.start
+        if lo < 0 or lo + length > len(self.data):
+            return None
+        return self.data[lo:lo + length]
+
+
+class PackedStore:
+    """A ColdTier around the real one (S3, or a local directory) that resolves packed blocks.
+    Thread-safe: the tier manager reads on several cold-tier threads at once."""
+
+    def __init__(self, inner: ColdTier, index: PackIndex) -> None:
+        self.inner = inner
+        self.index = index
+        self._lock = threading.Lock()
+        self._streaks: OrderedDict[int, tuple[int, int]] = OrderedDict()  # pack -> (end of last read, streak)
+        self._streaming = False  # the last fetch ahead reached its pack's end
+        self._held: OrderedDict[int, _Held] = OrderedDict()
+        self._held_bytes = 0
+        self._fetching: dict[int, threading.Event] = {}
+        self.fetched_ahead = 0  # packs read to their end in one request
+
+    def __getattr__(self, name: str) -> Any:
+        """What else the durable tier offers (its name, capacity, breaker, marker state)."""
+        return getattr(self.inner, name)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, block_id: int) -> bytes | None:
+        slot = self.index.slot_of(block_id)
+        if slot is None:
+            return self.inner.get(block_id)
+        return self._read(slot, 0, slot.length)
+
+    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+        slot = self.index.slot_of(block_id)
+        if slot is None:
+            return self.inner.get_range(block_id, offset, length)
+        return self._read(slot, offset, min(length, slot.length - offset))
+
+    def _read(self, slot: PackSlot, offset: int, length: int) -> bytes | None:
+        start = slot.offset + offset
+        data = self._from_held(slot.pack_id, start, length)
+        if data is not None:
+            return data
+        if self._in_order(slot):
+            data = self._fetch_rest(slot, start, length) or self._from_held(slot.pack_id, start, length)
+            if data is not None:
+                return data
+        return self.inner.get_range(slot.pack_id, start, length)
+
+    def _from_held(self, pack_id: int, start: int, length: int) -> bytes | None:
+        """Bytes of a pack fetched ahead, waiting for a fetch of them under way first."""
+        with self._lock:
+            fetching = self._fetching.get(pack_id)
+        if fetching is not None:
+            fetching.wait()
+        with self._lock:
+            held = self._held.get(pack_id)
+            return None if held is None else held.slice(start, length)
+
+    def _in_order(self, slot: PackSlot) -> bool:
+        """Note this read of a pack; True when its reader goes through the pack in order.
+        A member a little ahead of the last one read continues a streak; one a little
+        behind leaves it be (readers working in parallel finish out of order); any other
+        breaks it. The first read of a pack near its start, while streaming, counts too."""
+        with self._lock:
+            end, streak = self._streaks.pop(slot.pack_id, (None, 0))
+            near_start = slot.offset <= AHEAD * slot.length
+            if end is None:
+                end, streak = slot.offset + slot.length, STREAK if near_start and self._streaming else 0
+            elif 0 <= slot.offset - end <= AHEAD * slot.length:
+                end, streak = slot.offset + slot.length, streak + 1
+            elif not -BEHIND * slot.length <= slot.offset - end < 0:
+                end, streak = slot.offset + slot.length, 0
+            if streak < STREAK:
+                self._streaming = False
+            self._streaks[slot.pack_id] = (end, streak)
+            if len(self._streaks) > TRACKED_PACKS:
+                self._streaks.popitem(last=False)
+            return streak >= STREAK
+
+    def _fetch_rest(self, slot: PackSlot, start: int, length: int) -> bytes | None:
+        """The pack from `start` to its end in one request; None when another thread is
+        fetching it or the pack is not recorded (then the caller reads its range alone)."""
+        record = self.index.pack_record(slot.pack_id)
+        with self._lock:
+            if record is None or slot.pack_id in self._fetching:
+                return None
+            done = self._fetching[slot.pack_id] = threading.Event()
+        try:
+            data = self.inner.get_range(slot.pack_id, start, record.size - start)
+            with self._lock:
+                self._streaming = data is not None
+                if data is not None:
+                    self.fetched_ahead += 1
+                    self._hold(slot.pack_id, _Held(start, data))
+        finally:
+            with self._lock:
+                del self._fetching[slot.pack_id]
+            done.set()
+        return None if data is None else data[:length]
+
+    def _hold(self, pack_id: int, held: _Held) -> None:
+        """Keep fetched pack bytes, dropping the oldest beyond the budget (the caller holds the lock)."""
+        old = self._held.pop(pack_id, None)
+        self._held_bytes += len(held.data) - (len(old.data) if old else 0)
+        self._held[pack_id] = held
+        while self._held_bytes > HELD_BYTES and len(self._held) > 1:
+            _, dropped = self._held.popitem(last=False)
+            self._held_bytes -= len(dropped.data)
+
+    # -- the rest of the ColdTier protocol -------------------------------------------------
+
+    def put(self, block_id: int, data: bytes) -> None:
+        self.inner.put(block_id, data)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def delete(self, block_id: int) -> None:
+        self.inner.delete(block_id)
+
+    def delete_many(self, block_ids: list[int]) -> None:
+        with self._lock:
+            for block_id in block_ids:  # a pack being deleted: its bytes are garbage
+                dropped = self._held.pop(block_id, None)
+                self._held_bytes -= len(dropped.data) if dropped else 0
+        self.inner.delete_many(block_ids)
+
+    def contains(self, block_id: int) -> bool:
+        slot = self.index.slot_of(block_id)
+        return self.inner.contains(block_id if slot is None else slot.pack_id)
+
+    def used(self) -> int:
+        return self.inner.used()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def url(self, block_id: int | None = None) -> str:
+        return self.inner.url(block_id)
+
+    def block_ids(self) -> list[int]:
+        """The blocks the tier holds: objects stored on their own, and the members of each
+        recorded pack that is stored (fsck's view: a pack is not a block of any file)."""
+        stored = set(self.inner.block_ids())
+        packs = self.index.pack_ids()
+        members = [b for b, slot in self.index.packed_blocks().items() if slot.pack_id in stored]
+        return [b for b in stored if b not in packs] + members
+
+    def block_sizes(self) -> dict[int, int]:
+        """Every object stored, packs too, with its size (gc)."""
+        return self.inner.block_sizes()

@@ -1,0 +1,62 @@
+"""Which queued blocks go up together as one pack (docs/packing.md).
+
+Small blocks (small files, the tails of larger ones) are gathered in the order they were
+queued, which is the order their files were closed, until a pack is full. A pack that does
+not fill goes up as it is once its oldest block has waited `pack_wait`, or at once when a
+sync hurries one of its blocks; a lone small block goes up on its own. Large blocks do not
+wait for packs to fill.
+"""
+
+import math
+from collections.abc import Callable, Iterable
+
+from aifs.config.models import WritebackConfig
+
+MAX_MEMBERS = 4096  # keeps a pack's record (one metadata value) small
+
+
+class PackPlanner:
+    def __init__(self, settings: WritebackConfig, staged_length: Callable[[int], int | None]) -> None:
+        self.below = settings.pack_below
+        self.size = settings.pack_size
+        self.wait = settings.pack_wait
+        self._staged_length = staged_length
+        self._queued_at: dict[int, float] = {}
+        self._alone: set[int] = set()  # blocks a pack left out: their own upload says why
+
+    def queued(self, block_ids: Iterable[int], now: float) -> None:
+        for block_id in block_ids:
+            self._queued_at.setdefault(block_id, now)
+
+    def forget(self, block_ids: Iterable[int]) -> None:
+        for block_id in block_ids:
+            self._queued_at.pop(block_id, None)
+            self._alone.discard(block_id)
+
+    def go_alone(self, block_ids: Iterable[int]) -> None:
+        self._alone.update(block_ids)
+
+    def next_upload(self, candidates: Iterable[int], urgent: set[int], now: float) -> tuple[list[int], float]:
+        """The blocks of the next upload among `candidates` (queued, not started, in queue
+        order): one block, or the members of a pack. When none is due yet: [] and the time
+        at which a waiting pack becomes due (inf: nothing waits)."""
+        group: list[int] = []
+        group_bytes = 0
+        large = None
+        for block_id in candidates:
+            length = self._staged_length(block_id)
+            if not self.below or length is None or length >= self.below or block_id in self._alone:
+                large = block_id if large is None else large
+                if not group:
+                    return [large], math.inf
+                continue
+            if group_bytes + length > self.size or len(group) >= MAX_MEMBERS:
+                return group, math.inf
+            group.append(block_id)
+            group_bytes += length
+        if not group:
+            return [], math.inf
+        due = self._queued_at.get(group[0], -math.inf) + self.wait
+        if now >= due or not urgent.isdisjoint(group):
+            return group, math.inf
+        return ([large], math.inf) if large is not None else ([], due)

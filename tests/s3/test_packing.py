@@ -1,0 +1,215 @@
+"""Small files packed into large objects: through the mount, against a real S3 endpoint
+(moto), with the requests counted in the endpoint's own request log."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import pattern
+
+from aifs.tiers.s3_marker import MARKER_NAME
+
+from .helpers_mount import (PREFIX, aifs_ok, assert_digests, block_objects, make_s3_volume, poll_status, sync_wait,
+                            wait_for)
+
+__all__ = ["make_s3_volume"]  # the fixture, imported so pytest finds it
+pytestmark = pytest.mark.timeout_s(600)
+
+
+def requests(server, bucket: str, method: str) -> int:
+    """How many `method` requests for objects of the volume the endpoint has answered."""
+    return len(re.findall(rf'{method} /{bucket}/{PREFIX}\S+ HTTP', server.log.read_text(errors="replace")))
+
+
+def write_small_files(root: Path, count: int, rng: random.Random, lo: int = 1, hi: int = 16 << 10) -> dict[str, str]:
+    """`count` files of random sizes in [lo, hi] bytes, 100 to a folder; their sha256 by name."""
+    digests = {}
+    for i in range(count):
+        name = f"d{i // 100:03d}/f{i:05d}"
+        if i % 100 == 0:
+            (root / name).parent.mkdir(exist_ok=True)
+        data = pattern(name, rng.randint(lo, hi))
+        (root / name).write_bytes(data)
+        digests[name] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def test_twenty_thousand_small_files_go_up_in_few_puts_and_come_back(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket)
+    volume.mount()
+    puts_before = requests(moto_server, bucket, "PUT")
+    digests = write_small_files(volume.path, 20_000, random.Random(1))
+    sync_wait(volume.path)
+    puts = requests(moto_server, bucket, "PUT") - puts_before
+    assert puts * 20 <= len(digests), f"{puts} PUTs for {len(digests)} small files"
+    assert poll_status(volume)["uploaded_packs"] >= 1
+
+    volume.reload_from_s3()
+    gets_before = requests(moto_server, bucket, "GET")
+    assert_digests(volume.path, digests)  # in path order: the order they were packed in
+    gets = requests(moto_server, bucket, "GET") - gets_before
+    assert gets * 5 <= len(digests), f"{gets} GETs to read {len(digests)} packed files in their order"
+
+
+def test_a_shuffled_read_of_packed_files_fetches_each_file_alone(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket)
+    volume.mount()
+    digests = write_small_files(volume.path, 300, random.Random(2), lo=2000, hi=3000)
+    sync_wait(volume.path)
+    volume.reload_from_s3()
+    names = sorted(digests)
+    random.Random(3).shuffle(names)
+    gets_before = requests(moto_server, bucket, "GET")
+    assert_digests(volume.path, {name: digests[name] for name in names})
+    gets = requests(moto_server, bucket, "GET") - gets_before
+    assert gets <= len(names), f"{gets} GETs for {len(names)} files read in a shuffled order"
+
+
+def mutate(root: Path, rng: random.Random) -> None:
+    """Overwrite, truncate, append to, unlink, rename and hard-link some of the files."""
+    names = sorted(str(p.relative_to(root)) for p in root.rglob("f*"))
+    for name in rng.sample(names, 60):
+        path = root / name
+        if not path.exists():
+            continue
+        action = rng.choice(["overwrite", "truncate", "append", "unlink", "rename", "link"])
+        if action == "overwrite":
+            path.write_bytes(pattern((name, "new"), rng.randint(1, 9000)))
+        elif action == "truncate":
+            os.truncate(path, rng.randint(0, path.stat().st_size))
+        elif action == "append":
+            with open(path, "ab") as f:
+                f.write(pattern((name, "tail"), rng.randint(1, 5000)))
+        elif action == "unlink":
+            path.unlink()
+        elif action == "rename":
+            path.rename(path.with_name(path.name + ".moved"))
+        else:
+            os.link(path, path.with_name(path.name + ".link"))
+
+
+def tree_digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_changes_to_packed_files_match_a_local_directory(make_s3_volume, moto_server, bucket, tmp_path):
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"garbage_grace": 0.2})
+    volume.mount()
+    local = tmp_path / "local"
+    local.mkdir()
+    for root in (volume.path, local):
+        write_small_files(root, 400, random.Random(4), hi=6000)
+    sync_wait(volume.path)
+    for root in (volume.path, local):
+        mutate(root, random.Random(5))
+    sync_wait(volume.path)
+    volume.reload_from_s3()
+    assert tree_digests(volume.path) == tree_digests(local)
+    volume.umount()
+    report = aifs_ok("fsck", "-c", str(volume.config))
+    assert "clean" in report, report
+
+
+def test_a_pack_is_deleted_once_every_file_in_it_is_gone(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"garbage_grace": 0.2})
+    volume.mount()
+    write_small_files(volume.path, 200, random.Random(6), hi=4000)
+    sync_wait(volume.path)
+    assert block_objects(moto_server.client(), bucket), "nothing was uploaded"
+    for folder in list(volume.path.iterdir()):
+        shutil.rmtree(folder)
+    wait_for(lambda: not block_objects(moto_server.client(), bucket), "the emptied packs to be deleted", every=0.2)
+
+
+def object_sizes(server, bucket: str) -> dict[str, int]:
+    """The volume's objects (the marker left out) with their sizes, listed, not read."""
+    pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=PREFIX)
+    return {entry["Key"]: entry["Size"] for page in pages for entry in page.get("Contents", ())
+            if not entry["Key"].endswith(MARKER_NAME)}
+
+
+def identities(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """(inode, size, mtime, mode) of every file: what packing must leave as it is."""
+    return {str(p.relative_to(root)): (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_mode)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_aifs_pack_moves_an_unpacked_tree_into_packs_in_path_order(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"pack_below": 0, "garbage_grace": 0.2})
+    volume.mount()
+    digests = write_small_files(volume.path, 400, random.Random(7), lo=500, hi=12000)
+    sync_wait(volume.path)
+    assert len(object_sizes(moto_server, bucket)) == len(digests), "the files were uploaded packed already"
+    volume.umount()
+    volume.setup.writeback = {"garbage_grace": 0.2}
+    volume.write_config()
+    volume.mount()
+    before = identities(volume.path)
+
+    out = aifs_ok("pack", str(volume.path))
+    assert f"{len(digests)} files: {len(digests)} blocks" in out, out
+    assert identities(volume.path) == before
+    wait_for(lambda: len(object_sizes(moto_server, bucket)) <= 2, "the objects of packed files to go", every=0.2)
+    assert "400 files: 0 blocks" in aifs_ok("pack", str(volume.path)), "a second run packed again"
+
+    volume.reload_from_s3()
+    gets_before = requests(moto_server, bucket, "GET")
+    assert_digests(volume.path, digests)
+    assert requests(moto_server, bucket, "GET") - gets_before <= 20
+    assert identities(volume.path) == before
+    volume.umount()
+    assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
+
+
+def test_a_mostly_dead_pack_is_packed_anew_with_its_live_files(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"garbage_grace": 0.2})
+    volume.mount()
+    digests = write_small_files(volume.path, 200, random.Random(8), lo=1000, hi=9000)
+    sync_wait(volume.path)
+    (first,) = object_sizes(moto_server, bucket).values()
+    doomed = sorted(digests)[::4] + sorted(digests)[1::4] + sorted(digests)[2::4]
+    for name in doomed:
+        (volume.path / name).unlink()
+        del digests[name]
+    live_bytes = sum((volume.path / name).stat().st_size for name in digests)
+    wait_for(lambda: list(object_sizes(moto_server, bucket).values()) == [live_bytes],
+             f"the pack of {first} bytes to be replaced by one of the {live_bytes} still in use", every=0.2)
+    volume.reload_from_s3()
+    assert_digests(volume.path, digests)
+    volume.umount()
+    assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
+
+
+def test_a_mount_killed_while_aifs_pack_runs_loses_nothing(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"pack_below": 0, "garbage_grace": 0.2})
+    volume.mount()
+    digests = write_small_files(volume.path, 3000, random.Random(9), lo=500, hi=4000)
+    sync_wait(volume.path)
+    volume.umount()
+    volume.setup.writeback = {"garbage_grace": 0.2, "pack_size": "32KiB", "pack_below": "16KiB"}  # many packs
+    volume.write_config()
+    volume.mount()
+    puts = requests(moto_server, bucket, "PUT")
+    packing = subprocess.Popen([sys.executable, "-m", "aifs", "pack", "-j", "1", str(volume.path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: requests(moto_server, bucket, "PUT") > puts + 2, "aifs pack to have put packs", every=0.02)
+    volume.kill9()
+    out, _ = packing.communicate(timeout=60)
+    assert packing.returncode != 0, f"aifs pack finished before the mount was killed: {out}"
+    volume.mount()
+    assert_digests(volume.path, digests)
+    aifs_ok("pack", str(volume.path))
+    volume.reload_from_s3()
+    assert_digests(volume.path, digests)
+    volume.umount()
+    aifs_ok("gc", "-c", str(volume.config), "--delete")
+    assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
