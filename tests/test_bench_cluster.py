@@ -133,7 +133,7 @@ def test_without_juicefs_the_mode_says_so_and_leaves_its_columns_out(monkeypatch
 
 def test_the_s3_counter_counts_what_answers_to_gets_carry(tmp_path: Path) -> None:
     """Whole and ranged GETs count their bodies; PUTs and HEADs count nothing. A PUT whose
-    body comes in chunks reaches the endpoint whole."""
+    body comes in chunks reaches the endpoint whole. GETs and PUTs are counted as requests."""
     with moto(tmp_path) as endpoint, counting_proxy(f"http://{endpoint}") as counter:
         client = S3Target(counter.endpoint, "counted", "p/", moto_keys=True).client()
         client.create_bucket(Bucket="counted")
@@ -148,6 +148,7 @@ def test_the_s3_counter_counts_what_answers_to_gets_carry(tmp_path: Path) -> Non
         put_in_chunks(counter.endpoint, "/counted/p/b", [data[:MiB], data[MiB:]])
         assert client.get_object(Bucket="counted", Key="p/b")["Body"].read() == data
         assert counter.get_bytes() == 2 * len(data) + 1000
+        assert counter.requests("PUT") == 3 and counter.requests("GET") == 3  # the bucket's creation is a PUT
 
 
 def put_in_chunks(endpoint: str, path: str, chunks: list[bytes]) -> None:

@@ -98,6 +98,7 @@ def _column(volume: ScratchVolume, config: Path, paths: list[str], run: Callable
         with Stopwatch() as wall:
             moved = run(mnt, [mnt / p for p in paths]) or 0
         mount_read = tier_reads(volume.status(), before).get("remote", 0)
+        volume.sync(mnt)  # the result must outlive the NVMe tier, wiped before the next column
     progress(f"{name}: {moved / MiB:.1f} MiB moved by the job, {mount_read / MiB:.1f} MiB read by the mount")
     moved += mount_read
     return {"moved": Result(moved / MiB, "MiB", label="bytes-moved"), "wall": Result(wall.ns / 1e9, "s", label="wall")}

@@ -10,8 +10,8 @@ NAME -> Mode (see aifs.bench.workload; aifs.bench.scratch has the scaffolding th
 
 from collections.abc import Iterable
 
-from aifs.bench import (bigfile, checkpoint, checkpoint_s3, cluster, dataloader, metascale, pushdown, readpath,
-                        remote, smallfiles, tiers)
+from aifs.bench import (bigfile, checkpoint, checkpoint_s3, cluster, dataloader, metascale, packing, pushdown,
+                        readpath, remote, smallfiles, tiers)
 from aifs.bench.workload import Mode, Workload
 
 
@@ -31,7 +31,8 @@ WORKLOADS = _index(
 )
 
 MODES: dict[str, Mode] = {mode.name: mode for mode in (remote.MODE, checkpoint_s3.MODE, tiers.MODE, cluster.MODE,
-                                                        metascale.MODE, readpath.MODE, pushdown.MODE)}
+                                                        metascale.MODE, readpath.MODE, pushdown.MODE,
+                                                        packing.MODE)}
 
 
 def plan(selected: Iterable[str] | None = None) -> list[tuple[Workload, bool]]:

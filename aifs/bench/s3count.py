@@ -4,7 +4,8 @@ A bench row that says how many times a dataset crossed from the object store can
 the clients' word for it: their own counters are part of what is measured. So the clients
 talk to an HTTP proxy on 127.0.0.1 that relays every request to the endpoint unchanged
 (the Host header too, so that signatures still verify) and every answer back, and sums
-the body bytes of the answers to GETs. It knows nothing of S3 but that. It runs in a
+the body bytes of the answers to GETs, and the requests of each kind. It knows nothing of
+S3 but that. It runs in a
 process of its own, so that relaying never competes for an interpreter's lock with what
 the bench times in its own process.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
-from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.sharedctypes import SynchronizedArray
 from urllib.parse import urlsplit
 
 from aifs.bench.workload import BenchError
@@ -29,30 +30,41 @@ RETRIED = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatu
 START_TIMEOUT_S = 30.0
 
 
+COUNTED = ("GET", "PUT")  # request methods counted, after the GET bytes in the shared array
+
+
 @dataclass(frozen=True)
 class S3Counter:
     """The proxy's address, as the endpoint for clients, and what it counted so far."""
 
     endpoint: str
-    _counted: Synchronized
+    _counted: SynchronizedArray
 
     def get_bytes(self) -> int:
         """Body bytes of every answer to a GET since the proxy started."""
         with self._counted.get_lock():
-            return self._counted.value
+            return self._counted[0]
+
+    def requests(self, method: str) -> int:
+        """Requests of `method` (GET or PUT) the endpoint answered since the proxy started."""
+        with self._counted.get_lock():
+            return self._counted[1 + COUNTED.index(method)]
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, upstream: str, counted: Synchronized) -> None:
+    def __init__(self, upstream: str, counted: SynchronizedArray) -> None:
         super().__init__(("127.0.0.1", 0), _Relay)
         self.upstream = urlsplit(upstream)
         self.counted = counted
 
-    def add(self, nbytes: int) -> None:
+    def add(self, method: str, nbytes: int) -> None:
         with self.counted.get_lock():
-            self.counted.value += nbytes
+            if method == "GET":
+                self.counted[0] += nbytes
+            if method in COUNTED:
+                self.counted[1 + COUNTED.index(method)] += 1
 
     def connect(self) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self.upstream.scheme == "https" else http.client.HTTPConnection
@@ -93,9 +105,7 @@ class _Relay(BaseHTTPRequestHandler):
         except (OSError, http.client.HTTPException) as error:
             self.send_error(502, f"the S3 endpoint behind the counting proxy failed: {error}")
             return
-        sent = self._answer(response)
-        if self.command == "GET":
-            self.server.add(sent)
+        self.server.add(self.command, self._answer(response))
 
     def _request_body(self) -> bytes | None:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -149,7 +159,7 @@ class _Relay(BaseHTTPRequestHandler):
         return sent
 
 
-def _serve(upstream: str, counted: Synchronized, ready: Connection) -> None:
+def _serve(upstream: str, counted: SynchronizedArray, ready: Connection) -> None:
     """The proxy process: says its port, then relays until terminated."""
     server = _Server(upstream, counted)
     ready.send(server.server_address[1])
@@ -160,7 +170,7 @@ def _serve(upstream: str, counted: Synchronized, ready: Connection) -> None:
 def counting_proxy(upstream: str) -> Iterator[S3Counter]:
     """A proxy on 127.0.0.1 in front of the S3 endpoint `upstream` until the block ends."""
     context = get_context("spawn")
-    counted = context.Value("Q", 0)
+    counted = context.Array("Q", 1 + len(COUNTED))
     ready, told = context.Pipe(duplex=False)
     process = context.Process(target=_serve, args=(upstream, counted, told), name="s3-counting-proxy", daemon=True)
     process.start()

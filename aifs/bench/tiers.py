@@ -29,7 +29,7 @@ from aifs.bench.caches import CacheDropper
 from aifs.bench.fileio import forget_pages, pread_latencies, read_rate, write_synced
 from aifs.bench.measure import GiB, KiB, MiB, per_second, percentile
 from aifs.bench.scratch import (BUCKET, S3Target, ScratchVolume, aifs_cli, check_source, s3_target, scratch_root,
-                                tier)
+                                table, tier)
 from aifs.bench.workload import BenchError, Context, Mode, Result, Results
 
 NAME = "tiers"
@@ -104,8 +104,9 @@ class _Bench:
         self.local = _Files(Context(str(root / "local"), scale, drop))
         data = len(self.aifs.samples) * self.aifs.sample_size
         big = self.aifs.seq_size + self.aifs.pinned_size
+        unpacked = table("[writeback]", pack_below=0)  # one object per sample: the packing mode measures packs
         self.config = self.volume.config("tiers", tier("ram", capacity=max(data, big) + 256 * MiB),
-                                         tier("nvme", capacity=2 * (data + big) + GiB), target.tier())
+                                         tier("nvme", capacity=2 * (data + big) + GiB), target.tier(), unpacked)
 
     def populate(self) -> list[str]:
         """All files on the volume and uploaded, the big ones locally too; returns the data set's S3 keys."""

@@ -67,16 +67,18 @@ class PackedStore:
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, block_id: int) -> bytes | None:
-        slot = self.index.slot_of(block_id)
-        if slot is None:
-            return self.inner.get(block_id)
-        return self._read(slot, 0, slot.length)
+        return self.get_range(block_id, 0, None)
 
-    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+    def get_range(self, block_id: int, offset: int, length: int | None) -> bytes | None:
+        """Bytes of a block (to its end with `length` None). A block found in no pack whose
+        object is gone may have just moved into one (aifs pack): it is looked up again."""
         slot = self.index.slot_of(block_id)
         if slot is None:
-            return self.inner.get_range(block_id, offset, length)
-        return self._read(slot, offset, min(length, slot.length - offset))
+            data = self.inner.get(block_id) if length is None else self.inner.get_range(block_id, offset, length)
+            if data is not None or (slot := self.index.slot_of(block_id)) is None:
+                return data
+        length = slot.length - offset if length is None else min(length, slot.length - offset)
+        return self._read(slot, offset, length)
 
     def _read(self, slot: PackSlot, offset: int, length: int) -> bytes | None:
         start = slot.offset + offset

@@ -1,10 +1,11 @@
 """Which queued blocks go up together as one pack (docs/packing.md).
 
 Small blocks (small files, the tails of larger ones) are gathered in the order they were
-queued, which is the order their files were closed, until a pack is full. A pack that does
-not fill goes up as it is once its oldest block has waited `pack_wait`, or at once when a
-sync hurries one of its blocks; a lone small block goes up on its own. Large blocks do not
-wait for packs to fill.
+queued, which is the order their files were closed, until a pack is full. While writers
+are busy, a pack that does not fill waits for more, until its oldest block has waited
+`pack_wait` or a sync hurries one of its blocks; once they are quiet it goes up as it is
+(what they wrote is all queued by then). A lone small block goes up on its own. Large
+blocks never wait for packs to fill.
 """
 
 import math
@@ -36,7 +37,8 @@ class PackPlanner:
     def go_alone(self, block_ids: Iterable[int]) -> None:
         self._alone.update(block_ids)
 
-    def next_upload(self, candidates: Iterable[int], urgent: set[int], now: float) -> tuple[list[int], float]:
+    def next_upload(self, candidates: Iterable[int], urgent: set[int], now: float,
+                    writers_busy: bool) -> tuple[list[int], float]:
         """The blocks of the next upload among `candidates` (queued, not started, in queue
         order): one block, or the members of a pack. When none is due yet: [] and the time
         at which a waiting pack becomes due (inf: nothing waits)."""
@@ -57,6 +59,6 @@ class PackPlanner:
         if not group:
             return [], math.inf
         due = self._queued_at.get(group[0], -math.inf) + self.wait
-        if now >= due or not urgent.isdisjoint(group):
+        if not writers_busy or now >= due or not urgent.isdisjoint(group):
             return group, math.inf
         return ([large], math.inf) if large is not None else ([], due)

@@ -143,7 +143,8 @@ class Uploader:
         or uploaded and not committed): one block, or a pack's members (aifs.vfs.packing)."""
         started = self._in_flight.union(self._uploaded)
         waiting = (b for b in self._queue if b not in started)
-        blocks, self._pack_due = self._planner.next_upload(waiting, self._urgent, trio.current_time())
+        blocks, self._pack_due = self._planner.next_upload(waiting, self._urgent, trio.current_time(),
+                                                           writers_active(self.tiers, self.files))
         return blocks
 
     def _may_start(self) -> bool:
@@ -212,7 +213,11 @@ class Uploader:
 
     async def _put_pack(self, block_ids: list[int]) -> None:
         pending = set(self.meta.pending_among(block_ids))
-        pack_id = self.meta.new_pack()
+        try:
+            pack_id = self.meta.new_pack()
+        except MetaWriteFailed:  # no pack can be recorded now: the blocks go up on their own meanwhile
+            self._planner.go_alone(block_ids)
+            return
         try:
             members = await self.tiers.upload_pack(pack_id, [(b, self._queue[b]) for b in block_ids if b in pending])
         except OSError:

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from helpers import pattern
 
 from aifs.tiers.s3_marker import MARKER_NAME
 
-from .helpers_mount import (PREFIX, aifs_ok, assert_digests, block_objects, make_s3_volume, poll_status, sync_wait,
+from .helpers_mount import (PREFIX, aifs_ok, assert_digests, make_s3_volume, poll_status, sync_wait,
                             wait_for)
 
 __all__ = ["make_s3_volume"]  # the fixture, imported so pytest finds it
@@ -124,10 +125,10 @@ def test_a_pack_is_deleted_once_every_file_in_it_is_gone(make_s3_volume, moto_se
     volume.mount()
     write_small_files(volume.path, 200, random.Random(6), hi=4000)
     sync_wait(volume.path)
-    assert block_objects(moto_server.client(), bucket), "nothing was uploaded"
+    assert object_sizes(moto_server, bucket), "nothing was uploaded"
     for folder in list(volume.path.iterdir()):
         shutil.rmtree(folder)
-    wait_for(lambda: not block_objects(moto_server.client(), bucket), "the emptied packs to be deleted", every=0.2)
+    wait_for(lambda: not object_sizes(moto_server, bucket), "the emptied packs to be deleted", every=0.2)
 
 
 def object_sizes(server, bucket: str) -> dict[str, int]:
@@ -143,15 +144,22 @@ def identities(root: Path) -> dict[str, tuple[int, int, int, int]]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def unpacked_tree(volume, count: int, seed: int, hi: int, **packing: str) -> dict[str, str]:
+    """`count` small files written with packing off and uploaded, one object each; the
+    volume is left unmounted, its config packing again (with `packing` keys)."""
+    volume.mount()
+    digests = write_small_files(volume.path, count, random.Random(seed), lo=500, hi=hi)
+    sync_wait(volume.path)
+    volume.umount()
+    volume.setup.writeback = {"garbage_grace": 0.2, **packing}
+    volume.write_config()
+    return digests
+
+
 def test_aifs_pack_moves_an_unpacked_tree_into_packs_in_path_order(make_s3_volume, moto_server, bucket):
     volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"pack_below": 0, "garbage_grace": 0.2})
-    volume.mount()
-    digests = write_small_files(volume.path, 400, random.Random(7), lo=500, hi=12000)
-    sync_wait(volume.path)
+    digests = unpacked_tree(volume, 400, 7, hi=12000)
     assert len(object_sizes(moto_server, bucket)) == len(digests), "the files were uploaded packed already"
-    volume.umount()
-    volume.setup.writeback = {"garbage_grace": 0.2}
-    volume.write_config()
     volume.mount()
     before = identities(volume.path)
 
@@ -191,12 +199,7 @@ def test_a_mostly_dead_pack_is_packed_anew_with_its_live_files(make_s3_volume, m
 
 def test_a_mount_killed_while_aifs_pack_runs_loses_nothing(make_s3_volume, moto_server, bucket):
     volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"pack_below": 0, "garbage_grace": 0.2})
-    volume.mount()
-    digests = write_small_files(volume.path, 3000, random.Random(9), lo=500, hi=4000)
-    sync_wait(volume.path)
-    volume.umount()
-    volume.setup.writeback = {"garbage_grace": 0.2, "pack_size": "32KiB", "pack_below": "16KiB"}  # many packs
-    volume.write_config()
+    digests = unpacked_tree(volume, 3000, 9, hi=4000, pack_size="32KiB", pack_below="16KiB")  # many packs
     volume.mount()
     puts = requests(moto_server, bucket, "PUT")
     packing = subprocess.Popen([sys.executable, "-m", "aifs", "pack", "-j", "1", str(volume.path)],
@@ -212,4 +215,60 @@ def test_a_mount_killed_while_aifs_pack_runs_loses_nothing(make_s3_volume, moto_
     assert_digests(volume.path, digests)
     volume.umount()
     aifs_ok("gc", "-c", str(volume.config), "--delete")
+    assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
+
+
+class Readers:
+    """Threads that read random files over and over, each against its digest, until stopped."""
+
+    def __init__(self, root: Path, digests: dict[str, str], count: int = 4) -> None:
+        self.root, self.digests = root, digests
+        self.wrong: list[str] = []
+        self.reads = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(count)]
+
+    def _run(self, seed: int) -> None:
+        rng = random.Random(seed)
+        names = sorted(self.digests)
+        while not self._stop.is_set():
+            name = rng.choice(names)
+            try:
+                data = (self.root / name).read_bytes()
+            except OSError as e:
+                self.wrong.append(f"{name}: {e}")
+                continue
+            if hashlib.sha256(data).hexdigest() != self.digests[name]:
+                self.wrong.append(f"{name}: wrong bytes")
+            self.reads += 1
+
+    def __enter__(self) -> "Readers":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+def test_packing_and_packing_anew_under_concurrent_readers(make_s3_volume, moto_server, bucket):
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"pack_below": 0, "garbage_grace": 0.2})
+    digests = unpacked_tree(volume, 600, 10, hi=6000, pack_size="64KiB", pack_below="16KiB")
+    volume.wipe_local()
+    volume.mount()
+    kept = {name: digest for i, (name, digest) in enumerate(sorted(digests.items())) if i % 3 == 0}
+    with Readers(volume.path, kept) as readers:
+        aifs_ok("pack", str(volume.path))
+        wait_for(lambda: len(object_sizes(moto_server, bucket)) < 100, "the objects of packed files to go", every=0.2)
+        for name in sorted(set(digests) - set(kept)):
+            (volume.path / name).unlink()  # every pack is left two thirds dead
+        live_bytes = sum((volume.path / name).stat().st_size for name in kept)
+        wait_for(lambda: sum(object_sizes(moto_server, bucket).values()) == live_bytes,
+                 "every pack to be packed anew with its live files alone", every=0.2)
+    assert readers.reads > 100 and not readers.wrong, readers.wrong[:5]
+    volume.reload_from_s3()
+    assert_digests(volume.path, kept)
+    volume.umount()
     assert "clean" in aifs_ok("fsck", "-c", str(volume.config))

@@ -156,17 +156,28 @@ async def test_small_blocks_of_several_files_go_up_as_one_pack_in_close_order(fi
     assert all(checksum(packed.get(ref.block_id)) == ref.checksum for ref in refs)
 
 
+@pytest.mark.parametrize("ends", ["sync", "writers-quiet"])
 @trio_test
-async def test_a_pack_that_does_not_fill_waits_unless_a_sync_hurries_it(files):
+async def test_a_pack_that_does_not_fill_waits_while_writers_are_busy(files, ends):
     sealed = [await files.write_sealed(f"g{i}".encode(), noise(2000, i)) for i in range(2)]
     refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
-    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=60))
+    table = OpenFiles()
+    writer = open_writer(table)
+    uploader = Uploader(files.meta, files.tiers, table, WritebackConfig(pack_wait=60, uploads_beside_writers=1))
     uploader.enqueue(refs)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(uploader.run)
-        await trio.sleep(0.5)
-        assert uploader.uploaded_bytes == 0, "a pack that could still fill went up"
-        uploader.hurry([refs[1].block_id])
+        with trio.move_on_after(0.6):
+            while True:  # a writer stages a block every 20 ms
+                files.tiers.last_stage = trio.current_time()
+                await trio.sleep(0.02)
+        assert uploader.uploaded_bytes == 0, "a pack that could still fill went up beside busy writers"
+        if ends == "sync":
+            uploader.hurry([refs[1].block_id])
+        else:
+            files.tiers.last_stage = float("-inf")
+            table.release(writer)
+            uploader.writers_closed()
         with trio.fail_after(10):
             await uploader.wait_uploaded([ref.block_id for ref in refs])
         nursery.cancel_scope.cancel()
