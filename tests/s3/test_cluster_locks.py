@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from .helpers_cluster import SESSION_TIMEOUT_S, make_cluster, mount_all, redis_server  # noqa: F401 - fixtures
-from .helpers_mount import make_s3_volume  # noqa: F401 - fixture
+from .helpers_mount import make_s3_volume, wait_for  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout_s(240)
 
@@ -111,7 +111,9 @@ def test_flock_on_one_node_holds_on_the_other(nodes) -> None:
         assert waiter.line(SOON_S) == "granted"
         assert _errno_of(fcntl.flock, holder, fcntl.LOCK_EX | fcntl.LOCK_NB) == errno.EWOULDBLOCK
         assert waiter.stop() == 0
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the waiter's exit released it
+        # the waiter's exit releases it: the kernel sends that release after the exit, not before
+        wait_for(lambda: _errno_of(fcntl.flock, holder, fcntl.LOCK_EX | fcntl.LOCK_NB) is None,
+                 "the lock to be released by the waiter's exit", timeout=SOON_S)
     finally:
         os.close(holder)
         os.close(other)
