@@ -40,6 +40,14 @@ class CountedUploads:
             self.running -= 1
 
 
+async def writers_staging(tiers, seconds: float) -> None:
+    """For `seconds`, a writer stages a block every 20 ms: writers count as busy."""
+    with trio.move_on_after(seconds):
+        while True:
+            tiers.last_stage = trio.current_time()
+            await trio.sleep(0.02)
+
+
 @pytest.mark.parametrize("beside", [0, 1, 2])
 @trio_test
 async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
@@ -53,10 +61,7 @@ async def test_uploads_beside_busy_writers_keep_to_their_share(files, beside):
     counted = CountedUploads(files.tiers)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(uploader.run)
-        with trio.move_on_after(0.3):
-            while True:  # a writer stages a block every 20 ms
-                files.tiers.last_stage = trio.current_time()
-                await trio.sleep(0.02)
+        await writers_staging(files.tiers, 0.3)
         busy_uploads = uploader.uploaded_bytes // BS
         counted.writers_busy = False
         files.tiers.last_stage = float("-inf")
@@ -167,10 +172,7 @@ async def test_a_pack_that_does_not_fill_waits_while_writers_are_busy(files, end
     uploader.enqueue(refs)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(uploader.run)
-        with trio.move_on_after(0.6):
-            while True:  # a writer stages a block every 20 ms
-                files.tiers.last_stage = trio.current_time()
-                await trio.sleep(0.02)
+        await writers_staging(files.tiers, 0.6)
         assert uploader.uploaded_bytes == 0, "a pack that could still fill went up beside busy writers"
         if ends == "sync":
             uploader.hurry([refs[1].block_id])
