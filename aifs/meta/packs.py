@@ -94,6 +94,14 @@ class PackOps:
         value = self.kv.get(keys.pack(pack_id))
         return None if value is None else PackRecord.decode(value)
 
+    def next_pack(self, pack_id: int) -> int | None:
+        """The first pack put after `pack_id`. Pack ids are taken in upload order, which is
+        close order, so this is where a reader going through a data set in order goes next."""
+        for key, value in self.kv.scan(keys.PACK, start=keys.pack(pack_id + 1)):
+            if not PackRecord.decode(value).unfinished:
+                return keys.read_u64(key, 1)
+        return None
+
     def new_pack(self) -> int:
         """A pack id, recorded as unfinished by this node before its object is put."""
         pack_id = self.block_ids.next()

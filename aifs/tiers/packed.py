@@ -3,22 +3,30 @@
 A packed block is read from its pack: a ranged GET of its bytes alone, so a shuffled epoch
 costs one request per file as before. A reader that goes through a pack in order (three
 members in a row, or the first member of a pack right after streaming the previous one)
-gets the rest of the pack in one request instead; those bytes wait here, within a budget,
-for the reads of the members that follow. Every byte is still checked against the
-block's own checksums by the tier manager.
+gets the rest of the pack in one request instead, and while it reads those bytes the
+next pack (in upload order, which is the order the files were closed in) is fetched
+whole in the background. Fetched bytes wait here, within a budget, for the reads that
+follow. Every byte is still checked against the block's own checksums by the tier manager.
 """
 
+import logging
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from aifs.meta.packs import PackRecord, PackSlot
 from aifs.tiers.protocol import ColdTier
 
-AHEAD = 4  # members a read may skip past the last one read in its pack and still be in order
+log = logging.getLogger(__name__)
+
+AHEAD = 8  # members a read may skip past the last one read in its pack and still be in order
 BEHIND = 8  # members a read may fall behind the last one read without breaking the order
 STREAK = 2  # in-order reads of a pack before the rest of it is fetched at once
+FOLLOW = 8  # reads of fetched pack bytes after which the pack after it may be fetched too
+SPREAD = 4  # ...if those reads lie within this many times their own length from the start
 HELD_BYTES = 64 << 20  # pack bytes fetched ahead and waiting to be read
+NEXT_PACK_SHARE = 4  # the next pack is fetched ahead only if it fits in this share of HELD_BYTES
 TRACKED_PACKS = 4096
 
 
@@ -27,16 +35,29 @@ class PackIndex(Protocol):
 
     def pack_record(self, pack_id: int) -> PackRecord | None: ...
 
+    def next_pack(self, pack_id: int) -> int | None: ...
+
     def packed_blocks(self) -> dict[int, PackSlot]: ...
 
     def pack_ids(self) -> set[int]: ...
 
 
 class _Held:
-    """Bytes [start, start + len(data)) of one pack, fetched ahead."""
+    """Bytes [start, start + len(data)) of one pack, fetched ahead, and how far the reads
+    served from them have reached."""
 
     def __init__(self, start: int, data: bytes) -> None:
         self.start, self.data = start, data
+        self.hits = 0
+        self.reach = start
+
+    def served(self, offset: int, length: int) -> bool:
+        """Note a read served from these bytes; True once FOLLOW reads have gone through
+        them from the start, close together: readers going in order, who will want the
+        next pack. Reads scattered over the pack (a shuffled order) say nothing of it."""
+        self.hits += 1
+        self.reach = max(self.reach, offset + length)
+        return self.hits == FOLLOW and self.reach - self.start <= SPREAD * FOLLOW * length
 
     def slice(self, offset: int, length: int) -> bytes | None:
         lo = offset - self.start
@@ -58,6 +79,7 @@ class PackedStore:
         self._held: OrderedDict[int, _Held] = OrderedDict()
         self._held_bytes = 0
         self._fetching: dict[int, threading.Event] = {}
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="aifs-next-pack")
         self.fetched_ahead = 0  # packs read to their end in one request
 
     def __getattr__(self, name: str) -> Any:
@@ -81,25 +103,30 @@ class PackedStore:
         return self._read(slot, offset, length)
 
     def _read(self, slot: PackSlot, offset: int, length: int) -> bytes | None:
+        """From the bytes fetched ahead, else from a fetch of the rest of the pack when its
+        reader goes in order, else by a ranged read of these bytes alone. The rest is fetched
+        from a few members back, for readers working in parallel that are a little behind."""
         start = slot.offset + offset
         data = self._from_held(slot.pack_id, start, length)
-        if data is not None:
-            return data
-        if self._in_order(slot):
-            data = self._fetch_rest(slot, start, length) or self._from_held(slot.pack_id, start, length)
-            if data is not None:
-                return data
-        return self.inner.get_range(slot.pack_id, start, length)
+        if data is None and self._in_order(slot):
+            self._fetch(slot.pack_id, max(0, slot.offset - BEHIND * slot.length))
+            data = self._from_held(slot.pack_id, start, length)
+        return data if data is not None else self.inner.get_range(slot.pack_id, start, length)
 
     def _from_held(self, pack_id: int, start: int, length: int) -> bytes | None:
-        """Bytes of a pack fetched ahead, waiting for a fetch of them under way first."""
+        """Bytes of a pack fetched ahead, waiting for a fetch of them under way first. Once
+        they show their readers going in order, the pack after it is fetched in the background."""
         with self._lock:
             fetching = self._fetching.get(pack_id)
         if fetching is not None:
             fetching.wait()
         with self._lock:
             held = self._held.get(pack_id)
-            return None if held is None else held.slice(start, length)
+            data = None if held is None else held.slice(start, length)
+            follow = data is not None and held.served(start, length)
+        if follow:
+            self._background.submit(self._fetch_next, pack_id)
+        return data
 
     def _in_order(self, slot: PackSlot) -> bool:
         """Note this read of a pack; True when its reader goes through the pack in order.
@@ -122,31 +149,40 @@ class PackedStore:
                 self._streaks.popitem(last=False)
             return streak >= STREAK
 
-    def _fetch_rest(self, slot: PackSlot, start: int, length: int) -> bytes | None:
-        """The pack from `start` to its end in one request; None when another thread is
-        fetching it or the pack is not recorded (then the caller reads its range alone)."""
-        record = self.index.pack_record(slot.pack_id)
-        with self._lock:
-            if record is None or slot.pack_id in self._fetching:
-                return None
-            done = self._fetching[slot.pack_id] = threading.Event()
+    def _fetch_next(self, pack_id: int) -> None:
+        """Fetch the pack after `pack_id` whole, if it fits well within the budget. It is
+        only a guess at what comes next, so a failure here is left to the reads it was for."""
         try:
-            data = self.inner.get_range(slot.pack_id, start, record.size - start)
+            next_id = self.index.next_pack(pack_id)
+            record = None if next_id is None else self.index.pack_record(next_id)
+            if record is not None and record.size <= HELD_BYTES // NEXT_PACK_SHARE:
+                self._fetch(next_id, 0, record)
+        except Exception as err:  # noqa: BLE001 - speculative; the demand read reports failures
+            log.debug("fetching the pack after %d ahead failed: %s", pack_id, err)
+
+    def _fetch(self, pack_id: int, start: int, record: PackRecord | None = None) -> None:
+        """Fetch the pack from `start` to its end in one request and hold the bytes; nothing
+        when they are held already, being fetched, or the pack is not recorded."""
+        record = record or self.index.pack_record(pack_id)
+        with self._lock:
+            if record is None or pack_id in self._fetching or pack_id in self._held:
+                return
+            done = self._fetching[pack_id] = threading.Event()
+        try:
+            data = self.inner.get_range(pack_id, start, record.size - start)
             with self._lock:
                 self._streaming = data is not None
                 if data is not None:
                     self.fetched_ahead += 1
-                    self._hold(slot.pack_id, _Held(start, data))
+                    self._hold(pack_id, _Held(start, data))
         finally:
             with self._lock:
-                del self._fetching[slot.pack_id]
+                del self._fetching[pack_id]
             done.set()
-        return None if data is None else data[:length]
 
     def _hold(self, pack_id: int, held: _Held) -> None:
         """Keep fetched pack bytes, dropping the oldest beyond the budget (the caller holds the lock)."""
-        old = self._held.pop(pack_id, None)
-        self._held_bytes += len(held.data) - (len(old.data) if old else 0)
+        self._held_bytes += len(held.data)
         self._held[pack_id] = held
         while self._held_bytes > HELD_BYTES and len(self._held) > 1:
             _, dropped = self._held.popitem(last=False)
@@ -178,6 +214,7 @@ class PackedStore:
         return self.inner.used()
 
     def close(self) -> None:
+        self._background.shutdown(wait=False, cancel_futures=True)
         self.inner.close()
 
     def url(self, block_id: int | None = None) -> str:
