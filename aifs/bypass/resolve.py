@@ -7,7 +7,7 @@ import stat
 
 from aifs.bypass.caller import MAY_READ, MAY_SEARCH, Caller
 from aifs.errors import FsError
-from aifs.meta import Inode, MetaEngine
+from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.engine import ROOT_INO
 
 ACL_XATTR = b"system.posix_acl_access"
@@ -20,7 +20,8 @@ class Fallback(Exception):
 
 class Resolver:
     """Resolves the paths of one request; each directory met is walked once per request (never
-    longer: a later request sees renames and mode changes)."""
+    longer: a later request sees renames and mode changes). Along with each file come the
+    metadata keys its answer was built from: what must not change for the answer to hold."""
 
     def __init__(self, meta: MetaEngine, caller: Caller, fresh: bool) -> None:
         """`fresh`: the file's attributes come from the engine itself (a shared volume, where an
@@ -28,20 +29,21 @@ class Resolver:
         self.meta = meta
         self.caller = caller
         self.fresh = fresh
-        self._dirs: dict[bytes, int | Exception] = {}
+        self._dirs: dict[bytes, tuple[int, list[bytes]] | Exception] = {}
 
-    def file(self, path: bytes) -> tuple[int, Inode]:
-        """(inode, attributes) of the regular file at `path`, which the caller may read; raises
-        FsError with the errno the open through the mount would give, or Fallback."""
+    def file(self, path: bytes) -> tuple[int, Inode, list[bytes]]:
+        """(inode, attributes, keys read) of the regular file at `path`, which the caller may
+        read; raises FsError with the errno the open through the mount would give, or Fallback."""
         if not path:
-            return self._readable(ROOT_INO, self.meta.getattr(ROOT_INO))
+            return *self._readable(ROOT_INO, self.meta.getattr(ROOT_INO)), _own_keys(ROOT_INO)
         parent_path, _, name = path.rpartition(b"/")
         if name in _UNWALKED:
             raise Fallback("the path has '.', '..' or empty components")
-        ino, node = self.meta.lookup(self._directory(parent_path), name)
+        parent, walked = self._directory(parent_path)
+        ino, node = self.meta.lookup(parent, name)
         if self.fresh and not node.frozen:
             node = self.meta.getattr(ino, fresh=True)
-        return self._readable(ino, node)
+        return *self._readable(ino, node), walked + [keys.dentry(parent, name), *_own_keys(ino)]
 
     def _readable(self, ino: int, node: Inode) -> tuple[int, Inode]:
         if stat.S_ISLNK(node.mode):
@@ -55,8 +57,9 @@ class Resolver:
             raise FsError(errno.EACCES)
         return ino, node
 
-    def _directory(self, path: bytes) -> int:
-        """The inode of the directory at `path` (b"": the root), which the caller may search."""
+    def _directory(self, path: bytes) -> tuple[int, list[bytes]]:
+        """The inode of the directory at `path` (b"": the root), which the caller may search,
+        and the keys read to find it."""
         known = self._dirs.get(path)
         if known is None:
             try:
@@ -68,14 +71,17 @@ class Resolver:
             raise known
         return known
 
-    def _walk(self, path: bytes) -> int:
+    def _walk(self, path: bytes) -> tuple[int, list[bytes]]:
         if path:
             parent_path, _, name = path.rpartition(b"/")
             if name in _UNWALKED:
                 raise Fallback("the path has '.', '..' or empty components")
-            ino, node = self.meta.lookup(self._directory(parent_path), name)
+            parent, walked = self._directory(parent_path)
+            ino, node = self.meta.lookup(parent, name)
+            walked = walked + [keys.dentry(parent, name), *_own_keys(ino)]
         else:
             ino, node = ROOT_INO, self.meta.getattr(ROOT_INO)
+            walked = _own_keys(ROOT_INO)
         if stat.S_ISLNK(node.mode):
             raise Fallback("a symbolic link in the path")
         if not stat.S_ISDIR(node.mode):
@@ -83,7 +89,7 @@ class Resolver:
         self._no_acl(ino)
         if not self._may(node, MAY_SEARCH):
             raise FsError(errno.EACCES)
-        return ino
+        return ino, walked
 
     def _no_acl(self, ino: int) -> None:
         """The kernel checks an ACL; mode bits alone would not say what it allows."""
@@ -92,3 +98,8 @@ class Resolver:
 
     def _may(self, node: Inode, want: int) -> bool:
         return self.caller.may(node.mode, node.uid, node.gid, want)
+
+
+def _own_keys(ino: int) -> list[bytes]:
+    """The keys of an inode that its answers depend on: its attributes and its ACL."""
+    return [keys.inode(ino), keys.xattr(ino, ACL_XATTR)]

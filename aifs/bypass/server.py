@@ -14,6 +14,7 @@ import trio
 
 from aifs.bypass.address import Listening
 from aifs.bypass.caller import Caller
+from aifs.bypass.changes import ChangeTable
 from aifs.bypass.protocol import MAX_REQUEST_BYTES
 from aifs.bypass.session import Session, refusal
 from aifs.control.wire import HEADER, ProtocolError, body_length, receive_exactly
@@ -31,19 +32,23 @@ class BypassServer:
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; then the socket's file goes (before the volume lock does)."""
         sock = trio.socket.from_stdlib_socket(self._listening.sock)
+        changes = ChangeTable()
+        self.vol.meta.kv.listen(changes.changed)
         task_status.started()
         try:
             async with trio.open_nursery() as nursery:
                 while True:
                     conn, _ = await sock.accept()
-                    nursery.start_soon(self._serve_one, conn)
+                    nursery.start_soon(self._serve_one, conn, changes)
         finally:
             self._listening.close()
+            self.vol.meta.kv.forget(changes.changed)
+            changes.close()
 
-    async def _serve_one(self, conn: trio.socket.SocketType) -> None:
+    async def _serve_one(self, conn: trio.socket.SocketType, changes: ChangeTable) -> None:
         with conn:
             try:
-                session = Session(self.vol, Caller.of(conn), self.mountpoint)
+                session = Session(self.vol, Caller.of(conn), self.mountpoint, changes)
                 await self._converse(conn, session)
             except OSError as e:
                 log.debug("a reader of the data socket went away: %s", e)

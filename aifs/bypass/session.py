@@ -10,11 +10,13 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aifs.bypass.caller import Caller
+from aifs.bypass.changes import ChangeTable
 from aifs.bypass.protocol import MAX_PATH_BYTES, MAX_PATHS, VERSION
 from aifs.bypass.reply import Reply, Segments
 from aifs.bypass.resolve import Fallback, Resolver
 from aifs.control.wire import ProtocolError, decode, encode
 from aifs.errors import FsError
+from aifs.meta import Inode, keys
 from aifs.vfs.volume import Volume
 
 FAIR_SHARE = 16  # paths answered between turns of the event loop: FUSE requests wait no longer
@@ -41,10 +43,12 @@ def parse(body: bytes) -> Request:
 
 
 class Session:
-    def __init__(self, volume: Volume, caller: Caller, mountpoint: Path) -> None:
+    def __init__(self, volume: Volume, caller: Caller, mountpoint: Path, changes: ChangeTable) -> None:
         self.vol = volume
         self.caller = caller
         self.segments = Segments()
+        self.changes = changes
+        self._changes_sent = False
         self._refusal = self._refusal_for(mountpoint)
 
     def _refusal_for(self, mountpoint: Path) -> dict | None:
@@ -62,29 +66,49 @@ class Session:
         them through `self.segments.sent()` once sent); raises ProtocolError for a bad request."""
         request = parse(body)
         self.segments.held.difference_update(request.forget)
+        if not self._changes_sent:  # the first reply hands over the change table
+            self.segments.fds.append(os.dup(self.changes.fd))
         reply = Reply(self.vol, self.segments, self.caller.is_root)
-        resolver = Resolver(self.vol.meta, self.caller, fresh=self.vol.cluster is not None)
         files = []
-        for path in request.paths:
-            files.append(self._answer(path, resolver, reply))
-            if len(files) % FAIR_SHARE == 0:
+        for start in range(0, len(request.paths), FAIR_SHARE):
+            if start:
                 await trio.lowlevel.checkpoint()
+            since = self.changes.sequence()  # directories are walked anew after each turn
+            resolver = Resolver(self.vol.meta, self.caller, fresh=self.vol.cluster is not None)
+            files += [self._answer(path, resolver, reply, since) for path in request.paths[start:start + FAIR_SHARE]]
         await reply.fill()
         message = {"v": VERSION, "id": request.id, "block_size": self.vol.meta.block_size, "files": files,
-                   "segments": self.segments.new}
+                   "segments": self.segments.new, "changes": not self._changes_sent}
+        self._changes_sent = True
         return encode(message), self.segments.fds
 
-    def _answer(self, path: bytes, resolver: Resolver, reply: Reply) -> dict:
+    def _answer(self, path: bytes, resolver: Resolver, reply: Reply, since: int) -> dict:
         if self._refusal is not None:
             return self._refusal
         if reply.full:
             return {"again": True}
         try:
-            return reply.add_file(*resolver.file(path))
+            ino, node, read = resolver.file(path)
+            answer = reply.add_file(ino, node)
         except FsError as e:
             return {"errno": e.errno}
         except Fallback as e:
             return {"fallback": str(e)}
+        self._stamp(answer, ino, node, read, since)
+        return answer
+
+    def _stamp(self, answer: dict, ino: int, node: Inode, read: list[bytes], since: int) -> None:
+        """Let the reader reuse an answer while nothing it was built from changes: one whose
+        blocks it reads from segments itself, on a volume of this node alone or of a frozen
+        file (on a shared volume an open asks the engine afresh; a frozen file never changes)."""
+        if not all("segment" in block for block in answer["blocks"]):
+            return
+        if self.vol.cluster is not None and not node.frozen:
+            return
+        count = -(-node.size // self.vol.meta.block_size)
+        stamp = self.changes.stamp(since, read + [keys.block(ino, i) for i in range(count)])
+        if stamp is not None:
+            answer["stamp"] = stamp
 
 
 def refusal(error: ProtocolError) -> bytes:

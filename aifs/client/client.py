@@ -41,6 +41,7 @@ class ReadCounts:
     """Files this client read since its process began using it."""
 
     bypass: int = 0  # files read from data socket answers
+    remembered: int = 0  # of those, files read by an answer kept from an earlier request
     mount: int = 0  # files read through the mount
     retried: int = 0  # files asked for again after bytes failed their checksum
 
@@ -103,10 +104,13 @@ class Client:
     def _read_all(self, paths: list[AnyPath]) -> list[Result]:
         results: list[Result | None] = [None] * len(paths)
         by_mount: dict[bytes, list[tuple[int, bytes]]] = {}
+        self._drop_dead_connections()
         for i, path in enumerate(paths):
             place = self._place(path)
             if place is None:
                 results[i] = self._through_mount(path)
+            elif (data := self._remembered(*place)) is not None:
+                results[i] = data
             else:
                 by_mount.setdefault(place[0], []).append((i, place[1]))
         for mountpoint, wanted in by_mount.items():
@@ -127,6 +131,23 @@ class Client:
             raw = os.path.normpath(raw)
         return self._mounts.place(raw)
 
+    def _remembered(self, mountpoint: bytes, relative: bytes) -> bytes | None:
+        """The file's bytes by an answer kept from an earlier request, if one still holds."""
+        conn = self._connections.get(mountpoint)
+        if conn is None or conn.answers is None:
+            return None
+        data = conn.answers.read(relative, conn.segments)
+        if data is not None:
+            self.counts.bypass += 1
+            self.counts.remembered += 1
+        return data
+
+    def _drop_dead_connections(self) -> None:
+        """Connections to mounts that have stopped go, with the answers they kept."""
+        for mountpoint, conn in list(self._connections.items()):
+            if not conn.alive():
+                self._disconnect(mountpoint)
+
     def _through_mount(self, path: AnyPath) -> Result:
         self.counts.mount += 1
         try:
@@ -145,7 +166,7 @@ class Client:
             reply = self._ask(mountpoint, [relative for _, relative in batch])
             answers = reply["files"] if reply is not None else [None] * len(batch)
             for (i, relative), answer in zip(batch, answers):
-                outcome = self._settle(mountpoint, answer, reply, paths[i])
+                outcome = self._settle(mountpoint, answer, reply, paths[i], relative)
                 if outcome is _MISMATCH and i in retried:  # twice: the mount reads it
                     outcome = self._through_mount(paths[i])
                 if outcome is _MISMATCH:
@@ -156,22 +177,25 @@ class Client:
                 else:
                     results[i] = outcome
 
-    def _settle(self, mountpoint: bytes, answer: dict | None, reply: dict | None, path: AnyPath) -> object:
-        """The bytes or error one answer gives, or _AGAIN / _MISMATCH to ask again."""
+    def _settle(self, mountpoint: bytes, answer: dict | None, reply: dict | None, path: AnyPath,
+                relative: bytes) -> object:
+        """The bytes or error one answer gives, or _AGAIN / _MISMATCH to ask again. An answer
+        the mount stamped is kept for the next read of the file."""
         if answer is None or "fallback" in answer:
             return self._through_mount(path)
         if "errno" in answer:
             return OSError(answer["errno"], os.strerror(answer["errno"]), os.fspath(path))
         if "again" in answer:
             return _AGAIN
-        segments = self._connections[mountpoint].segments
+        conn = self._connections[mountpoint]
         try:
-            data = assemble(answer, reply["block_size"], segments)
+            data = assemble(answer, reply["block_size"], conn.segments)
         except Mismatch as e:
             if e.segment is not None:
-                segments.drop(e.segment)
+                conn.segments.drop(e.segment)
             return _MISMATCH
         self.counts.bypass += 1
+        conn.answers.keep(relative, answer, reply["block_size"])
         return data
 
     def _ask(self, mountpoint: bytes, relatives: list[bytes]) -> dict | None:

@@ -2,9 +2,12 @@
 
 import array
 import os
+import select
 import socket
 
+from aifs.bypass.changes import ChangeView
 from aifs.bypass.protocol import MAX_FDS, VERSION
+from aifs.client.answers import Answers
 from aifs.client.segments import SegmentFiles
 from aifs.control.wire import HEADER, ProtocolError, body_length, decode, encode
 
@@ -21,9 +24,12 @@ class Connection:
         """Raises OSError when nothing answers at `socket_path`."""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self.segments = SegmentFiles()
+        self.answers: Answers | None = None  # once the first reply has handed over the change table
         try:
             self.sock.settimeout(timeout)
             self.sock.connect(socket_path)
+            self._hangup = select.poll()
+            self._hangup.register(self.sock, select.POLLIN)
         except OSError:
             self.sock.close()
             raise
@@ -43,13 +49,22 @@ class Connection:
             if reply["id"] != request_id:
                 raise ProtocolError("a reply to another request arrived (a connection shared by two processes?)")
             numbers = reply["segments"]
-            if len(numbers) != len(fds):
-                raise ProtocolError(f"a reply names {len(numbers)} segments but carries {len(fds)} descriptors")
+            table = 1 if reply["changes"] else 0
+            if len(numbers) + table != len(fds) or (table and self.answers is not None):
+                raise ProtocolError(f"a reply names {len(numbers)} segments{' and the change table' * table} "
+                                    f"but carries {len(fds)} descriptors")
         except BaseException:
             _close_all(fds)
             raise
-        self.segments.received(numbers, fds)
+        if table:
+            self.answers = Answers(ChangeView(fds[0]))
+        self.segments.received(numbers, fds[table:])
         return reply
+
+    def alive(self) -> bool:
+        """False once the mount has closed its end (it stopped, or was killed): what it said
+        no longer holds, since nothing keeps its change table up to date."""
+        return not self._hangup.poll(0)  # no reply is ever pending here: anything seen is the end
 
     def _receive(self) -> tuple[memoryview, list[int]]:
         """One reply's body and the descriptors that rode on it. Only one request is ever in
@@ -77,6 +92,8 @@ class Connection:
         return memoryview(buf)[HEADER.size:end], fds
 
     def close(self) -> None:
+        if self.answers is not None:
+            self.answers.close()
         self.segments.close()
         self.sock.close()
 

@@ -4,14 +4,15 @@ A packed block is read from its pack: a ranged GET of its bytes alone, so a shuf
 costs one request per file as before. A reader that goes through a pack in order (three
 members in a row, or the first member of a pack right after streaming the previous one)
 gets the rest of the pack in one request instead, and while it reads those bytes the
-next pack (in upload order, which is the order the files were closed in) is fetched
-whole in the background. Fetched bytes wait here, within a budget, for the reads that
+next few packs (in upload order, which is the order the files were closed in) are
+fetched whole in the background. Fetched bytes wait here, within a budget, for the reads that
 follow. Every byte is still checked against the block's own checksums by the tier manager.
 """
 
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -23,10 +24,10 @@ log = logging.getLogger(__name__)
 AHEAD = 8  # members a read may skip past the last one read in its pack and still be in order
 BEHIND = 8  # members a read may fall behind the last one read without breaking the order
 STREAK = 2  # in-order reads of a pack before the rest of it is fetched at once
-FOLLOW = 8  # reads of fetched pack bytes after which the pack after it may be fetched too
+FOLLOW = 8  # reads of fetched pack bytes after which the packs after it may be fetched too
 SPREAD = 4  # ...if those reads lie within this many times their own length from the start
 HELD_BYTES = 64 << 20  # pack bytes fetched ahead and waiting to be read
-NEXT_PACK_SHARE = 4  # the next pack is fetched ahead only if it fits in this share of HELD_BYTES
+PACKS_AHEAD = 4  # packs fetched at once ahead of a reader going in order: one GET is not enough to stream
 TRACKED_PACKS = 4096
 
 
@@ -54,7 +55,7 @@ class _Held:
     def served(self, offset: int, length: int) -> bool:
         """Note a read served from these bytes; True once FOLLOW reads have gone through
         them from the start, close together: readers going in order, who will want the
-        next pack. Reads scattered over the pack (a shuffled order) say nothing of it."""
+        next packs. Reads scattered over the pack (a shuffled order) say nothing of it."""
         self.hits += 1
         self.reach = max(self.reach, offset + length)
         return self.hits == FOLLOW and self.reach - self.start <= SPREAD * FOLLOW * length
@@ -79,7 +80,7 @@ class PackedStore:
         self._held: OrderedDict[int, _Held] = OrderedDict()
         self._held_bytes = 0
         self._fetching: dict[int, threading.Event] = {}
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="aifs-next-pack")
+        self._background = ThreadPoolExecutor(PACKS_AHEAD + 1, thread_name_prefix="aifs-packs-ahead")
         self.fetched_ahead = 0  # packs read to their end in one request
 
     def __getattr__(self, name: str) -> Any:
@@ -115,7 +116,7 @@ class PackedStore:
 
     def _from_held(self, pack_id: int, start: int, length: int) -> bytes | None:
         """Bytes of a pack fetched ahead, waiting for a fetch of them under way first. Once
-        they show their readers going in order, the pack after it is fetched in the background."""
+        they show their readers going in order, the packs after it are fetched in the background."""
         with self._lock:
             fetching = self._fetching.get(pack_id)
         if fetching is not None:
@@ -125,7 +126,7 @@ class PackedStore:
             data = None if held is None else held.slice(start, length)
             follow = data is not None and held.served(start, length)
         if follow:
-            self._background.submit(self._fetch_next, pack_id)
+            self._background.submit(self._guessed, self._follow, pack_id)
         return data
 
     def _in_order(self, slot: PackSlot) -> bool:
@@ -149,16 +150,28 @@ class PackedStore:
                 self._streaks.popitem(last=False)
             return streak >= STREAK
 
-    def _fetch_next(self, pack_id: int) -> None:
-        """Fetch the pack after `pack_id` whole, if it fits well within the budget. It is
-        only a guess at what comes next, so a failure here is left to the reads it was for."""
+    def _follow(self, pack_id: int) -> None:
+        """Fetch the PACKS_AHEAD packs after `pack_id` whole, each on its own thread, those
+        not held or on their way already; while they fit in half the budget."""
+        ahead = pack_id
+        for _ in range(PACKS_AHEAD):
+            ahead = self.index.next_pack(ahead)
+            record = None if ahead is None else self.index.pack_record(ahead)
+            if record is None or record.size * PACKS_AHEAD > HELD_BYTES // 2:
+                return
+            with self._lock:
+                wanted = ahead not in self._held and ahead not in self._fetching
+            if wanted:
+                self._background.submit(self._guessed, self._fetch, ahead, 0, record)
+
+    @staticmethod
+    def _guessed(work: Callable[..., None], *args: Any) -> None:
+        """Run work ahead of the reads: only a guess at what comes next, so a failure here is
+        left to the reads it was for, which report it."""
         try:
-            next_id = self.index.next_pack(pack_id)
-            record = None if next_id is None else self.index.pack_record(next_id)
-            if record is not None and record.size <= HELD_BYTES // NEXT_PACK_SHARE:
-                self._fetch(next_id, 0, record)
+            work(*args)
         except Exception as err:  # noqa: BLE001 - speculative; the demand read reports failures
-            log.debug("fetching the pack after %d ahead failed: %s", pack_id, err)
+            log.debug("fetching packs ahead of their reads failed: %s", err)
 
     def _fetch(self, pack_id: int, start: int, record: PackRecord | None = None) -> None:
         """Fetch the pack from `start` to its end in one request and hold the bytes; nothing

@@ -1,5 +1,6 @@
 """The state of a regular file while handles have it open: unsealed writes and its live size."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -57,7 +58,10 @@ class OpenFiles:
     """The table of open files, keyed by inode; it also counts the files being written, so
     background work can tell when the last writer is done."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_write: Callable[[int], None] = lambda ino: None) -> None:
+        """`first_write` hears of each file written to while open, before its first write is
+        taken: its newest bytes will be in this mount's buffers, not in the metadata."""
+        self._first_write = first_write
         self._files: dict[int, OpenFile] = {}
         self.writing = 0  # open files written to since they were opened
         self.last_writer_closed = float("-inf")  # trio time
@@ -74,6 +78,7 @@ class OpenFiles:
 
     def wrote(self, of: OpenFile) -> None:
         if not of.written:
+            self._first_write(of.ino)
             of.written = True
             self.writing += 1
 

@@ -14,6 +14,7 @@ from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.attrs import BlockRef
 from aifs.meta.engines import open_kv
+from aifs.meta.feed import ChangeFeed
 from aifs.tiers.checksum import Buffer
 from aifs.tiers.s3_marker import MarkerMode
 from aifs.vfs.adoption import Adopter
@@ -50,7 +51,7 @@ class Volume:
             lock = VolumeLock.acquire(self.state_dir, "volume")
         self._lock = lock
         self.peer_server = PeerServer(config.cluster) if config.cluster.serve is not None else None
-        kv = open_kv(config)
+        kv = ChangeFeed(open_kv(config))
         node = node_id(self.state_dir) if kv.shared else ""
         self.meta = MetaEngine(kv, config.volume.block_size, int(config.writeback.garbage_grace * 10**9),
                                node.encode())
@@ -58,7 +59,7 @@ class Volume:
         expect_marker = self.meta.volume_stats()[1] > 0 and not accept_missing_marker  # it holds file data
         self.tiers = open_tier_manager(config, self.meta.volume, self.meta,
                                        MarkerMode.EXPECT if expect_marker else MarkerMode.CLAIM)
-        self.files = OpenFiles()
+        self.files = OpenFiles(lambda ino: kv.changed([keys.inode(ino)]))
         self.cluster = ClusterNode(self.meta, node, mountpoint, config.meta, lambda: [of.ino for of in self.files.all()],
                                    self.tiers.set_peers) if kv.shared else None
         self.locks = FileLocks(kv, self.cluster.session if self.cluster is not None else None,

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import aifs_cli  # tests/conftest.py
 
-from aifs.bypass.protocol import XATTR
+from aifs.bypass.protocol import VERSION, XATTR
 from aifs.client import Client
 
 from .conftest import through_mount
@@ -75,10 +75,10 @@ def test_bad_requests_get_a_reason_and_the_mount_serves_on(bvol):
     path = _socket_of(bvol)
     (bvol.path / "after-bad-requests").write_bytes(b"still served")
     assert "msgpack" in _exchange(path, b"\xc1 not msgpack")["error"]
-    assert "paths" in _exchange(path, msgpack.packb({"v": 1, "id": 1, "paths": "not a list"}))["error"]
+    assert "paths" in _exchange(path, msgpack.packb({"v": VERSION, "id": 1, "paths": "not a list"}))["error"]
     assert "version" in _exchange(path, msgpack.packb({"v": 99, "id": 1, "paths": []}))["error"]
     assert "larger than the limit" in _exchange(path, b"", announced=3 << 20)["error"]
-    assert _exchange(path, msgpack.packb({"v": 1, "id": 7, "paths": [b"\0bad", b"a/../b", b"x" * 300]}))["files"] \
+    assert _exchange(path, msgpack.packb({"v": VERSION, "id": 7, "paths": [b"\0bad", b"a/../b", b"x" * 300]}))["files"] \
         == [{"errno": errno.ENOENT}, {"fallback": "the path has '.', '..' or empty components"},
             {"errno": errno.ENAMETOOLONG}]
     assert through_mount([bvol.path / "after-bad-requests"]) == [b"still served"]

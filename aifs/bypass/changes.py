@@ -1,0 +1,103 @@
+"""The change table: counters in shared memory that let a reader of the data socket reuse an
+answer without asking the mount again, for as long as nothing it was built from changed.
+
+An answer depends on a few metadata keys (the entries and attributes of the directories on its
+path, the file's attributes and block references, their ACLs). Each key falls in one of
+BUCKETS counters by its hash; the mount adds one to a key's counter whenever the key changes,
+and an answer carries the counters of its keys as they were when it was built (its stamp).
+While every counter of a stamp still holds, the answer still holds: the reader checks a
+handful of integers in memory instead of a round trip through the mount's one thread.
+
+Readers get the table as a memfd with their first reply. It holds counters only, nothing of
+any file, so every reader may have it; it is sealed against writes through any mapping but
+the mount's own, so no reader can make another's stale answers look current. A second counter, `everything`, moves when
+all answers must go (the engine's notices of other nodes' changes were lost for a while).
+"""
+
+import fcntl
+import mmap
+import os
+import threading
+from collections.abc import Iterable
+
+BUCKETS = 1 << 20  # 8 MiB of counters: two keys of one stamp share a counter about once in 10^5 stamps
+HEADER = 2  # the sequence (moved by every change, under the lock) and `everything`
+EVERYTHING = 1
+F_SEAL_FUTURE_WRITE = 0x10  # linux/fcntl.h; Python's fcntl names the other seals only
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
+Stamp = list[int]  # [everything, slot, value, slot, value, ...]
+
+
+class ChangeTable:
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("aifs-changes", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, (HEADER + BUCKETS) * 8)
+        os.posix_fallocate(self.fd, 0, (HEADER + BUCKETS) * 8)  # no page of it is ever missing
+        self._map = mmap.mmap(self.fd, (HEADER + BUCKETS) * 8)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, SEALS)
+        self._counters = memoryview(self._map).cast("Q")
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def slot(key: bytes) -> int:
+        return HEADER + (hash(key) & (BUCKETS - 1))
+
+    def changed(self, keys: Iterable[bytes] | None) -> None:
+        """A change of `keys` (None: of anything); any thread."""
+        counters = self._counters
+        with self._lock:
+            counters[0] += 1
+            if keys is None:
+                counters[EVERYTHING] += 1
+            else:
+                for key in keys:
+                    counters[self.slot(key)] += 1
+
+    def sequence(self) -> int:
+        """Where the changes stand; pass it to `stamp` after reading the keys."""
+        with self._lock:
+            return self._counters[0]
+
+    def stamp(self, since: int, keys: Iterable[bytes]) -> Stamp | None:
+        """The stamp of an answer built from `keys` read after `sequence()` returned `since`;
+        None when a change came meanwhile (the answer may predate it: it is used once)."""
+        counters = self._counters
+        slots = sorted({self.slot(key) for key in keys})
+        with self._lock:
+            if counters[0] != since:
+                return None
+            stamp = [counters[EVERYTHING]]
+            for slot in slots:
+                stamp += (slot, counters[slot])
+            return stamp
+
+    def close(self) -> None:
+        self._counters.release()
+        self._map.close()
+        os.close(self.fd)
+
+
+class ChangeView:
+    """A reader's read-only view of a mount's change table."""
+
+    def __init__(self, fd: int) -> None:
+        """Takes over `fd`."""
+        try:
+            self._map = mmap.mmap(fd, (HEADER + BUCKETS) * 8, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self._counters = memoryview(self._map).cast("Q")
+
+    def holds(self, stamp: Stamp) -> bool:
+        """Whether nothing an answer with this stamp was built from has changed since."""
+        counters = self._counters
+        if counters[EVERYTHING] != stamp[0]:
+            return False
+        for i in range(1, len(stamp), 2):
+            if counters[stamp[i]] != stamp[i + 1]:
+                return False
+        return True
+
+    def close(self) -> None:
+        self._counters.release()
+        self._map.close()
