@@ -20,6 +20,8 @@ import os
 import threading
 from collections.abc import Iterable
 
+from aifs.meta.cached_kv import cacheable
+
 BUCKETS = 1 << 20  # 8 MiB of counters: two keys of one stamp share a counter about once in 10^5 stamps
 HEADER = 2  # the sequence (moved by every change, under the lock) and `everything`
 EVERYTHING = 1
@@ -43,7 +45,13 @@ class ChangeTable:
         return HEADER + (hash(key) & (BUCKETS - 1))
 
     def changed(self, keys: Iterable[bytes] | None) -> None:
-        """A change of `keys` (None: of anything); any thread."""
+        """A change of `keys` (None: of anything); any thread. Only the per-inode keys that
+        answers are built from count: the uploader's queues and pack records, committed all
+        the time while files are written, must not keep answers from being stamped."""
+        if keys is not None:
+            keys = [key for key in keys if cacheable(key)]
+            if not keys:
+                return
         counters = self._counters
         with self._lock:
             counters[0] += 1
