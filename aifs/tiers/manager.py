@@ -20,6 +20,11 @@ soon as they are staged, and unpinned once durable. A block found remotely is
 copied to NVMe in the background too: the reader, who came for the remote
 tier's low latency, does not wait for a local disk write.
 
+A block read from the cold tier is copied to NVMe by the same fill thread (aifs.tiers.fills),
+in batches, so the event loop serving the read never writes to the disk itself; a reader
+waits for a copy of its own (on an I/O thread) only when the fill queue is full, so a data
+set read faster than NVMe takes it is still cached whole.
+
 The peers tier (the other mounts of a shared volume) sits below the remote tier and
 is used the same way, except that only blocks read from the cold tier are offered to
 it: each block goes to the one peer that consistent hashing names for it, where every
@@ -46,6 +51,7 @@ from aifs.errors import FsError
 from aifs.meta.packs import PackMember
 from aifs.metrics.tiers import observe_tier_read
 from aifs.tiers.background import BackgroundCalls, RemoteUsage
+from aifs.tiers.fills import Fills
 from aifs.tiers.checksum import Buffer, CorruptBlock, checksum, chunk_span, chunks_match, sums_of
 from aifs.tiers.nvme import NvmeTier, StagingFull
 from aifs.tiers.priority import Priority, PriorityLimiter, Ticket
@@ -97,12 +103,11 @@ class TierManager:
         self._cold_limiter = _limiter(cold_threads)
         self._remote_limiter = _limiter(remote_threads)
         self.background: BackgroundCalls | None = None  # offers, unpins, usage refreshes
-        self.fills: BackgroundCalls | None = None       # NVMe copies of blocks found remotely
+        self.fills = Fills(nvme.fill)  # NVMe copies of blocks read from below
         self._usage: tuple[RemoteUsage, ...] = ()
         self._pinned_remotely: set[int] = set()  # staged blocks whose pinned copies are on flash
         if self._shared:
             self.background = BackgroundCalls()
-            self.fills = BackgroundCalls(workers=1, name="aifs-fill")
             self._usage = tuple(RemoteUsage(tier, self.background, remote_capacity if tier is remote else None)
                                 for tier in self._shared)
         self.stats = {tier.name: TierStats() for tier in self.tiers}
@@ -154,6 +159,8 @@ class TierManager:
         started = time.perf_counter()
         call = (tier.get, block_id) if span is None else (tier.get_range, block_id, *span)
         try:
+            if tier is self.cold and (held := self.cold.get_held(block_id, *(span or (0, None)))) is not None:
+                return held  # in the cold tier's memory (a pack fetched ahead): no thread hop
             if tier is self.remote or tier is self.peers:
                 return await self._remote_get(tier, ticket, call, span)
             return await self._get_from(tier, length if span is None else span[1], ticket, call)
@@ -256,10 +263,11 @@ class TierManager:
                 self._corrupt(block_id, tier)
                 continue
             self._count(tier, data)
-            if tier in self._shared and self.fills is not None:
-                self.fills.submit(self.nvme.put, block_id, data, nbytes=len(data))
+            if tier in self._shared:
+                self.fills.submit(block_id, data)
             elif tier is self.cold:
-                await self._io(length, self.nvme.put, block_id, data, ticket=ticket)
+                if not self.fills.submit(block_id, data):
+                    await self._io_limiter.run(ticket, self._fill, block_id, data)
                 self._offer(block_id, data)
             self.ram.put(block_id, data)
             return data
@@ -276,6 +284,10 @@ class TierManager:
             self._count(tier, data)
             return data
         raise FsError(errno.EIO, f"bytes {start}-{end} of block {block_id:016x} are missing or corrupt in every tier")
+
+    def _fill(self, block_id: int, data: bytes) -> None:
+        """Copy a block just read from below to NVMe; the reader holds it in memory already."""
+        self.nvme.fill([(block_id, data)])
 
     def _corrupt(self, block_id: int, tier: Tier) -> None:
         """Never served: logged by block and tier; a rotten NVMe copy is dropped so it is fetched again."""
@@ -583,6 +595,10 @@ class TierManager:
             raise ValueError(f"tier must be one of {', '.join(LOCAL_TIERS)}, not {tier!r}")
         return self.ram if tier == "ram" else self.nvme
 
+    def read_through(self, block_id: int) -> None:
+        """A block a stream has read through once leaves RAM (one re-used or pinned stays)."""
+        self.ram.release(block_id)
+
     def holds(self, tier: str, block_id: int) -> bool:
         """Whether `tier` ("ram" or "nvme") holds the block now."""
         return self._local(tier).contains(block_id)
@@ -614,7 +630,7 @@ class TierManager:
         target = self._local(tier)
         data = await self.read(block_id, expected, length, promote=False, priority=Priority.WARMUP)
         if target is self.nvme and not self.nvme.contains(block_id):
-            await trio.to_thread.run_sync(self.nvme.put, block_id, data)
+            await trio.to_thread.run_sync(self._fill, block_id, data)
         return target.contains(block_id)
 
     # -- readers outside the mount (aifs.bypass): what this node holds, unverified ------------

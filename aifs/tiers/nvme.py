@@ -127,7 +127,7 @@ class NvmeTier:
                     return
                 self._landing[block_id] = True
             try:
-                self._land(block_id, parts, size, dirty)
+                self._land([(block_id, parts, size)], dirty, around_cache=False)
                 return
             except OSError as e:
                 if e.errno not in _DISK_FULL:
@@ -137,22 +137,51 @@ class NvmeTier:
             raise StagingFull(f"the file system of {self.root} has no room for a block of {size} bytes, "
                               "even after evicting clean blocks")
 
-    def _land(self, block_id: int, parts: list[Buffer], size: int, dirty: bool) -> None:
-        """Append a block whose room is reserved, and index it unless it was deleted meanwhile."""
-        location = None
+    def fill(self, blocks: list[tuple[int, Buffer]]) -> None:
+        """Cache clean blocks just read from below, appended together around the page cache:
+        their reader holds them in memory already (RAM, the kernel's cache of the mount).
+        Those here or on their way already, and those that find no room, are skipped; a full
+        disk leaves the rest uncached."""
+        landing = []
+        with self._lock:
+            for block_id, data in blocks:
+                if block_id in self._index or block_id in self._landing or not self._reserve(len(data), False):
+                    continue
+                self._landing[block_id] = True
+                landing.append((block_id, [data], len(data)))
+        if not landing:
+            return
         try:
-            location = self._log.append(block_id, parts, staged=dirty)
+            self._land(landing, dirty=False, around_cache=True)
+        except OSError as e:
+            if e.errno not in _DISK_FULL:
+                raise
+            self._fit_to_disk(e)
+
+    def _land(self, blocks: list[tuple[int, list[Buffer], int]], dirty: bool, around_cache: bool) -> None:
+        """Append blocks (id, parts, size) whose room is reserved, and index each unless it
+        was deleted meanwhile."""
+        locations: list[Location] = []
+        try:
+            while len(locations) < len(blocks):
+                run = [(block_id, parts) for block_id, parts, _ in blocks[len(locations):]]
+                locations += self._log.append_run(run, staged=dirty, around_cache=around_cache)
         finally:
             with self._lock:
-                wanted = self._landing.pop(block_id)
-                self._used -= size
-                self._dirty_bytes -= size if dirty else 0
-                if location is not None and wanted:
-                    self._remember(block_id, location)
-                    if dirty:
-                        self.mark_dirty(block_id)
-                elif location is not None:  # deleted while it was being written
-                    self._log.kill(location)
+                for i, (block_id, _, size) in enumerate(blocks):
+                    self._landed(block_id, size, dirty, locations[i] if i < len(locations) else None)
+
+    def _landed(self, block_id: int, size: int, dirty: bool, location: Location | None) -> None:
+        """Settle one block's append (None: it failed); the caller holds the lock."""
+        wanted = self._landing.pop(block_id)
+        self._used -= size
+        self._dirty_bytes -= size if dirty else 0
+        if location is not None and wanted:
+            self._remember(block_id, location)
+            if dirty:
+                self.mark_dirty(block_id)
+        elif location is not None:  # deleted while it was being written
+            self._log.kill(location)
 
     def _reserve(self, size: int, dirty: bool) -> bool:
         """Count `size` bytes (dirty ones too) as used before they are written; False when a

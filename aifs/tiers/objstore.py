@@ -72,6 +72,10 @@ class LocalObjectStore:
         """Every object held, for fsck's search for unreferenced blocks."""
         return [int(entry.name, 16) for entry in self._objects()]
 
+    def get_held(self, block_id: int, offset: int, length: int | None) -> None:
+        """Nothing is held in memory here: every read asks the store."""
+        return None
+
     def block_sizes(self) -> dict[int, int]:
         return {int(entry.name, 16): entry.stat().st_size for entry in self._objects()}
 

@@ -44,11 +44,11 @@ class PackIndex(Protocol):
 
 
 class _Held:
-    """Bytes [start, start + len(data)) of one pack, fetched ahead, and how far the reads
-    served from them have reached."""
+    """Bytes [start, start + len(data)) of one pack, fetched ahead, the members they hold
+    whole, and how far the reads served from them have reached."""
 
-    def __init__(self, start: int, data: bytes) -> None:
-        self.start, self.data = start, data
+    def __init__(self, start: int, data: bytes, members: list[int]) -> None:
+        self.start, self.data, self.members = start, data, members
         self.hits = 0
         self.reach = start
 
@@ -78,6 +78,7 @@ class PackedStore:
         self._streaks: OrderedDict[int, tuple[int, int]] = OrderedDict()  # pack -> (end of last read, streak)
         self._streaming = False  # the last fetch ahead reached its pack's end
         self._held: OrderedDict[int, _Held] = OrderedDict()
+        self._held_slots: dict[int, PackSlot] = {}  # the members of the packs held, by block id
         self._held_bytes = 0
         self._fetching: dict[int, threading.Event] = {}
         self._background = ThreadPoolExecutor(PACKS_AHEAD + 1, thread_name_prefix="aifs-packs-ahead")
@@ -114,18 +115,31 @@ class PackedStore:
             data = self._from_held(slot.pack_id, start, length)
         return data if data is not None else self.inner.get_range(slot.pack_id, start, length)
 
+    def get_held(self, block_id: int, offset: int, length: int | None) -> bytes | None:
+        """A packed block's bytes (to its end with `length` None) when its pack's bytes are
+        held here: no request, no wait, no metadata read, so an event loop may ask."""
+        with self._lock:
+            slot = self._held_slots.get(block_id)
+            if slot is None:
+                return None
+            length = slot.length - offset if length is None else min(length, slot.length - offset)
+            return self._take(slot.pack_id, slot.offset + offset, length)
+
     def _from_held(self, pack_id: int, start: int, length: int) -> bytes | None:
-        """Bytes of a pack fetched ahead, waiting for a fetch of them under way first. Once
-        they show their readers going in order, the packs after it are fetched in the background."""
+        """Bytes of a pack fetched ahead, waiting for a fetch of them under way first."""
         with self._lock:
             fetching = self._fetching.get(pack_id)
         if fetching is not None:
             fetching.wait()
         with self._lock:
-            held = self._held.get(pack_id)
-            data = None if held is None else held.slice(start, length)
-            follow = data is not None and held.served(start, length)
-        if follow:
+            return self._take(pack_id, start, length)
+
+    def _take(self, pack_id: int, start: int, length: int) -> bytes | None:
+        """Bytes of a pack held here (the caller holds the lock). Once they show their readers
+        going in order, the packs after it are fetched in the background."""
+        held = self._held.get(pack_id)
+        data = None if held is None else held.slice(start, length)
+        if data is not None and held.served(start, length):
             self._background.submit(self._guessed, self._follow, pack_id)
         return data
 
@@ -187,19 +201,30 @@ class PackedStore:
                 self._streaming = data is not None
                 if data is not None:
                     self.fetched_ahead += 1
-                    self._hold(pack_id, _Held(start, data))
+                    slots = {m.block_id: PackSlot(pack_id, m.offset, m.length)
+                             for m in record.members if m.offset >= start}
+                    self._hold(pack_id, _Held(start, data, list(slots)), slots)
         finally:
             with self._lock:
                 del self._fetching[pack_id]
             done.set()
 
-    def _hold(self, pack_id: int, held: _Held) -> None:
-        """Keep fetched pack bytes, dropping the oldest beyond the budget (the caller holds the lock)."""
+    def _hold(self, pack_id: int, held: _Held, slots: dict[int, PackSlot]) -> None:
+        """Keep fetched pack bytes and where its members are in them, dropping the oldest
+        beyond the budget (the caller holds the lock)."""
         self._held_bytes += len(held.data)
         self._held[pack_id] = held
+        self._held_slots.update(slots)
         while self._held_bytes > HELD_BYTES and len(self._held) > 1:
-            _, dropped = self._held.popitem(last=False)
+            self._drop(next(iter(self._held)))
+
+    def _drop(self, pack_id: int) -> None:
+        """Forget a pack's held bytes, if held (the caller holds the lock)."""
+        dropped = self._held.pop(pack_id, None)
+        if dropped is not None:
             self._held_bytes -= len(dropped.data)
+            for block_id in dropped.members:
+                self._held_slots.pop(block_id, None)
 
     # -- the rest of the ColdTier protocol -------------------------------------------------
 
@@ -215,8 +240,7 @@ class PackedStore:
     def delete_many(self, block_ids: list[int]) -> None:
         with self._lock:
             for block_id in block_ids:  # a pack being deleted: its bytes are garbage
-                dropped = self._held.pop(block_id, None)
-                self._held_bytes -= len(dropped.data) if dropped else 0
+                self._drop(block_id)
         self.inner.delete_many(block_ids)
 
     def contains(self, block_id: int) -> bool:

@@ -34,6 +34,11 @@ class ColdTier(Tier, Protocol):
 
     def flush(self) -> None: ...
 
+    def get_held(self, block_id: int, offset: int, length: int | None) -> bytes | None:
+        """Bytes of an object (to its end with `length` None) that the tier holds in memory
+        now, returned without a request or a wait, so the event loop may ask; None: ask
+        get or get_range."""
+
     def delete_many(self, block_ids: list[int]) -> None:
         """Delete objects in bulk (S3: one request per 1,000); OSError unless all are gone."""
 

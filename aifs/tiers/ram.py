@@ -100,6 +100,11 @@ class RamTier:
                 self._probation.add(block_id, data)
         self._evict()
 
+    def release(self, block_id: int) -> None:
+        """A block a stream has read through once leaves probation, so that its memory
+        serves the next block read; one re-used or pinned meanwhile stays."""
+        self._probation.pop(block_id)
+
     def is_pinned(self, block_id: int) -> bool:
         return block_id in self._pin_ids
 

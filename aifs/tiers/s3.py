@@ -142,6 +142,10 @@ class S3Tier:
         """Where an operator finds the tier, or one of its objects."""
         return f"s3://{self.bucket}/{self.prefix}" + ("" if block_id is None else object_name(block_id))
 
+    def get_held(self, block_id: int, offset: int, length: int | None) -> None:
+        """Nothing is held in memory here: every read asks the store."""
+        return None
+
     def block_sizes(self) -> dict[int, int]:
         """Every block object under the prefix with its size (one LIST request per 1,000), for fsck and gc."""
         sizes: dict[int, int] = {}

@@ -68,6 +68,7 @@ def _punch(fd: int, start: int, end: int) -> None:
             raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE) failed")
 
 
+RUN_PARTS = 1024  # IOV_MAX on Linux: the most buffers one gathering write takes
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # preadv fails with EAGAIN rather than wait for the disk
 
 
@@ -238,34 +239,61 @@ class SegmentLog:
     def append(self, block_id: int, data: Buffer | list[Buffer], staged: bool = False) -> Location:
         """Append a record of `data` (or of parts, written with one gathering write); a
         `staged` one stays marked so until set_live()."""
+        parts = data if isinstance(data, list) else [data]
+        return self.append_run([(block_id, parts)], staged)[0]
+
+    def append_run(self, records: list[tuple[int, list[Buffer]]], staged: bool = False,
+                   around_cache: bool = False) -> list[Location]:
+        """Append the first of `records` and as many after it as fit in the same segment end
+        to end, with one write (at most RUN_PARTS buffers); their locations, in order. The
+        caller appends the rest with further calls. Where the log bypasses the page cache, the
+        write goes around it from DIRECT_MIN bytes up, or at any size `around_cache`."""
         if self.read_only:
             raise OSError(errno.EROFS, f"{self.root}: the segment log is open read-only")
-        parts = data if isinstance(data, list) else [data]
-        length = sum(map(len, parts))
-        record = HEADER.size + length
-        header = pack_header(block_id, length, STAGED if staged else LIVE)
         with self._lock:
-            segment = self._writable(record)
+            segment = self._writable(HEADER.size + sum(map(len, records[0][1])))
             offset = segment.size
+            parts, locations = self._gather(segment, records, STAGED if staged else LIVE)
+            end = locations[-1].offset + locations[-1].length
             try:
-                buffered = self._write(segment, offset, [header, *parts], record)
+                buffered = self._write(segment, offset, parts, end - offset, around_cache)
             except OSError:
                 os.ftruncate(segment.fd, offset)
                 raise
-            segment.size += record
-            segment.live += 1
+            segment.size = end
+            segment.live += len(locations)
         if buffered:
-            start_writeback(segment.fd, offset, record)
-        else:  # set_live and kill rewrite the header, often on the event loop: not with a disk read
-            os.pread(segment.fd, HEADER.size, offset)
-        return Location(segment.number, offset + HEADER.size, length)
+            start_writeback(segment.fd, offset, end - offset)
+        else:  # set_live and kill rewrite headers, often on the event loop: not with a disk read
+            for location in locations:  # (read into the page cache in the background)
+                os.posix_fadvise(segment.fd, location.header_offset, HEADER.size, os.POSIX_FADV_WILLNEED)
+        return locations
 
-    def _write(self, segment: _Segment, offset: int, parts: list[Buffer], record: int) -> bool:
-        """Write a record at the segment's end; True when it went through the page cache."""
-        if record >= DIRECT_MIN and self._direct and self._write_direct(segment, offset, parts):
+    def _gather(self, segment: _Segment, records: list[tuple[int, list[Buffer]]],
+                state: int) -> tuple[list[Buffer], list[Location]]:
+        """The headers and bytes of the first record and of those after it that fit in the
+        segment and in one write, and where each will be."""
+        end = segment.size
+        parts: list[Buffer] = []
+        locations: list[Location] = []
+        for block_id, data in records:
+            length = sum(map(len, data))
+            fits = end + HEADER.size + length <= self.segment_bytes and len(parts) + 1 + len(data) <= RUN_PARTS
+            if locations and not fits:
+                break
+            parts += [pack_header(block_id, length, state), *data]
+            locations.append(Location(segment.number, end + HEADER.size, length))
+            end += HEADER.size + length
+        return parts, locations
+
+    def _write(self, segment: _Segment, offset: int, parts: list[Buffer], nbytes: int, around_cache: bool) -> bool:
+        """Write records (`nbytes` in all) at the segment's end; True when they went through
+        the page cache."""
+        direct = (around_cache or nbytes >= DIRECT_MIN) and self._direct
+        if direct and self._write_direct(segment, offset, parts):
             return False
         segment.touched(offset)
-        if os.pwritev(segment.fd, parts, offset) != record:
+        if os.pwritev(segment.fd, parts, offset) != nbytes:
             raise OSError(errno.ENOSPC, "short write to an NVMe segment")
         return True
 
@@ -302,7 +330,12 @@ class SegmentLog:
         return active
 
     def read(self, location: Location, offset: int = 0, length: int | None = None) -> bytes:
-        """The record's bytes, or `length` of them from `offset` (cut at the record's end)."""
+        """The record's bytes, or `length` of them from `offset` (cut at the record's end).
+        A large record read whole is read around the page cache, as `read_into` says why."""
+        if offset == 0 and (length is None or length >= location.length) and self._bypasses(location):
+            pages = self._read_direct(location)
+            if pages is not None:
+                return bytes(pages)
         fd, count, position = self._span(location, offset, length)
         return _read_exact(fd, count, position)
 
@@ -333,21 +366,27 @@ class SegmentLog:
         one size is not reallocated, so its memory is not faulted in afresh each time.
 
         Where the log bypasses the page cache, a large record is read around it too: it is
-        read to be sent away (an upload), its pages in the cache would only push out pages
-        that are read again, and copying pages fresh from the disk out of the cache costs a
-        virtual machine more CPU than the upload (5.4 s of kernel time per 2 GiB drained,
-        against 0.7-0.85 s for O_DIRECT reads into reused memory and a copy from there)."""
+        read whole to be sent away (an upload) or kept elsewhere (the RAM tier, the kernel's
+        cache of the mount), so its pages in this file's cache would only be a second copy
+        that pushes out pages read again; and copying pages fresh from the disk out of the
+        cache costs a virtual machine more CPU than the O_DIRECT read into reused memory
+        and the copy from there (docs/benchmarks.md, "Local I/O")."""
         if len(buf) != location.length:
             buf[location.length:] = b""
             buf.extend(bytes(location.length - len(buf)))
         view = memoryview(buf)
-        if location.length >= DIRECT_MIN and self._direct and self._read_direct(location, view):
+        pages = self._read_direct(location) if self._bypasses(location) else None
+        if pages is not None:
+            view[:] = pages
             return
         _fill(self._segments[location.segment].fd, view, location.offset)
 
-    def _read_direct(self, location: Location, dest: memoryview) -> bool:
-        """The record's bytes into `dest` by way of an O_DIRECT read of its pages into this
-        thread's scratch memory; False when the file system refuses O_DIRECT."""
+    def _bypasses(self, location: Location) -> bool:
+        return location.length >= DIRECT_MIN and self._direct
+
+    def _read_direct(self, location: Location) -> memoryview | None:
+        """The record's bytes, read with O_DIRECT into this thread's scratch memory (valid
+        until the thread's next such read); None when the file system refuses O_DIRECT."""
         segment = self._segments[location.segment]
         start = round_down(location.offset)
         head = location.offset - start
@@ -362,9 +401,9 @@ class SegmentLog:
                     appender = self._appender(segment)
             _fill(appender.fd, pages, start, head + location.length)
         except OSError as e:
-            return self._refused_direct(e)
-        dest[:] = pages[head:head + location.length]
-        return True
+            self._refused_direct(e)
+            return None
+        return pages[head:head + location.length]
 
     def set_live(self, location: Location) -> None:
         """A staged record is confirmed: it survives the next rebuild whatever the metadata says."""

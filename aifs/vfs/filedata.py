@@ -115,6 +115,9 @@ class FileData:
         if of is not None:
             if of.readahead is not None and of.readahead.first_read(ref.block_id):
                 promote = False
+                behind = of.readahead.left_behind(ref.block_id)
+                if behind is not None:
+                    self.tiers.read_through(behind)
             of.last_block = ref.block_id
         return (await self._object(ref, promote))[lo:hi]
 

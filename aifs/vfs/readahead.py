@@ -6,6 +6,10 @@ into the next block, is capped per path (`readahead` rule), and collapses to
 nothing on a random access. Blocks fetched ahead are remembered so that their
 first real read does not count as a re-use in the RAM tier (a scan stays a scan).
 Blocks the prefetcher had no room for yet are asked for again on the next read.
+Once the reader has moved READ_THROUGH_KEPT blocks past a block fetched ahead, that
+block leaves the RAM tier (unless re-used or pinned meanwhile): a stream then
+reuses a few blocks' worth of memory instead of taking new memory for every block,
+and the kernel's page cache and the NVMe tier still hold what it read.
 
 "Where the last one ended" allows, once a stream is under way, a slack of one
 FUSE request either way, for kernel readahead requests that arrive out of
@@ -14,8 +18,11 @@ ended: a random reader that lands a little ahead of its last read, by chance, is
 still a random reader (and must not wait for whole blocks it never asked for).
 """
 
+from collections import deque
+
 DEFAULT_LIMIT = 32 << 20
 SLACK = 1 << 20  # the largest FUSE read request
+READ_THROUGH_KEPT = 2  # so the kernel's out-of-order reads of a block just left still find it
 
 
 class Readahead:
@@ -27,6 +34,7 @@ class Readahead:
         self.end: int | None = None  # byte offset the last read ended at
         self.ahead_to = -1  # highest block index already fetched ahead
         self.prefetched: set[int] = set()  # block ids fetched ahead, not yet read
+        self._read_through: deque[int] = deque()  # block ids fetched ahead and read, oldest first
 
     def access(self, offset: int, end: int, blocks_in_file: int) -> range:
         """Record a read of [offset, end); the block indexes to fetch ahead now."""
@@ -62,3 +70,11 @@ class Readahead:
             self.prefetched.discard(block_id)
             return True
         return False
+
+    def left_behind(self, block_id: int) -> int | None:
+        """The reader has started on `block_id`, fetched ahead: the block fetched ahead that
+        it has now moved READ_THROUGH_KEPT blocks past, which need not stay in RAM."""
+        self._read_through.append(block_id)
+        if len(self._read_through) > READ_THROUGH_KEPT:
+            return self._read_through.popleft()
+        return None

@@ -2,12 +2,15 @@
 
 import pytest
 import trio
+import trio.testing
 
 from aifs.config.models import WritebackConfig
 from aifs.tiers.checksum import checksum
 from aifs.tiers.manager import INLINE_BYTES
 from aifs.tiers.ram import RamTier
 from aifs.vfs.openfile import OpenFile, OpenFiles
+from aifs.vfs.prefetch import Prefetcher
+from aifs.vfs.readahead import READ_THROUGH_KEPT, Readahead
 from aifs.vfs.repack import Repacker
 from aifs.vfs.writeback import GarbageCollector
 
@@ -285,6 +288,26 @@ async def test_hot_file_survives_one_sequential_pass_over_a_big_file(files, piec
         await files.data.read(big.ino, reader, 24 * BS, offset, piece)
     hot_ids = [r.block_id for r in files.meta.all_block_refs(hot.ino).values()]
     assert [files.tiers.ram.contains(b) for b in hot_ids] == [True, True]
+
+
+@trio_test
+async def test_a_stream_read_ahead_keeps_only_the_blocks_it_reads_now(files):
+    """Blocks fetched ahead leave RAM once the reader is READ_THROUGH_KEPT blocks past them,
+    so a stream reuses a few blocks' memory; a block read again before that stays."""
+    big = await files.write_sealed(b"big", noise(24 * BS, 17))
+    files.tiers.ram = RamTier(64 * BS)
+    reader = OpenFile(big.ino, 24 * BS)
+    reader.readahead = Readahead(BS)
+    async with trio.open_nursery() as nursery:
+        files.data.prefetch = Prefetcher(files.tiers, lambda fn, *args: nursery.start_soon(fn, *args) or True)
+        got = []
+        for offset in range(0, 24 * BS, BS // 4):
+            got.append(await files.data.read(big.ino, reader, 24 * BS, offset, BS // 4))
+            await trio.testing.wait_all_tasks_blocked()  # the fetches ahead land before the next read
+    ids = [r.block_id for r in files.meta.all_block_refs(big.ino).values()]
+    assert b"".join(bytes(g) for g in got) == noise(24 * BS, 17)
+    in_ram = [i for i, block_id in enumerate(ids) if files.tiers.holds("ram", block_id)]
+    assert in_ram[:1] == [0] and all(i >= 24 - READ_THROUGH_KEPT - 1 for i in in_ram[1:]), in_ram
 
 
 @trio_test

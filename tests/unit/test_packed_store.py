@@ -142,3 +142,18 @@ def test_a_next_pack_gone_fails_only_the_reads_of_it(packed) -> None:
         assert store.get(block_id) == blocks[block_id]
     assert store.get(MEMBERS) is None
     assert store.get(2 * MEMBERS) == blocks[2 * MEMBERS]
+
+
+def test_members_of_a_held_pack_are_answered_without_a_lookup_or_a_read(packed) -> None:
+    store, inner, blocks = packed
+    order = sorted(blocks)
+    assert store.get_held(order[0], 0, None) is None  # nothing held yet
+    for block_id in order[:MEMBERS // 2]:
+        assert store.get(block_id) == blocks[block_id]
+    reads, store.index.slots = inner.reads, {}  # a held member needs no metadata from here on
+    rest = order[MEMBERS // 2:MEMBERS]
+    assert [store.get_held(b, 0, None) for b in rest] == [blocks[b] for b in rest]
+    assert store.get_held(rest[0], 100, 50) == blocks[rest[0]][100:150]
+    assert inner.reads == reads
+    store.delete_many([FIRST_PACK])  # a pack deleted: its bytes are no longer held
+    assert store.get_held(rest[-1], 0, None) is None

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import random
+import time
 
 import pytest
 from helpers import cached_pages
@@ -95,9 +96,54 @@ def test_large_records_bypass_the_page_cache(tmp_path):
     large = log.append(2, payload(2, DIRECT_MIN))
     (segment,) = tmp_path.glob("seg-*.log")
     assert_out_of_page_cache(segment, large)
-    with open(segment, "rb", buffering=0) as f:  # its header's page is, for set_live and kill
-        assert os.preadv(f.fileno(), [bytearray(HEADER.size)], large.header_offset, os.RWF_NOWAIT) == HEADER.size
+    assert header_cached_soon(segment, large)  # its header's page is read in, for set_live and kill
     assert log.read(large) == payload(2, DIRECT_MIN)
+    log.close()
+
+
+def header_cached_soon(segment, location: Location, tries: int = 100) -> bool:
+    """Whether the record's header page comes into the page cache (read in the background)."""
+    with open(segment, "rb", buffering=0) as f:
+        for _ in range(tries):
+            try:
+                if os.preadv(f.fileno(), [bytearray(HEADER.size)], location.header_offset, os.RWF_NOWAIT):
+                    return True
+            except BlockingIOError:
+                pass
+            time.sleep(0.01)
+    return False
+
+
+def test_records_appended_in_one_run_read_back_and_survive_a_rebuild(tmp_path):
+    if not bypasses_page_cache(tmp_path):
+        pytest.skip(NO_BYPASS.format(tmp_path))
+    log = SegmentLog(tmp_path, bypass_cache=True)
+    before = log.append(1, payload(1, 5000))
+    run = [(10 + i, [payload(10 + i, 3000 + 7919 * i)]) for i in range(20)]
+    locations = log.append_run(run, around_cache=True)
+    assert len(locations) == 20
+    after = log.append(2, payload(2, 100))
+    (segment,) = tmp_path.glob("seg-*.log")
+    for location in locations:
+        if location.length >= 16 * PAGE:  # enough pages wholly inside the record to count
+            assert_out_of_page_cache(segment, location)
+    assert all(header_cached_soon(segment, location) for location in locations)
+    expected = {1: payload(1, 5000)} | {b: parts[0] for b, parts in run} | {2: payload(2, 100)}
+    assert [log.read(loc) for loc in (before, *locations, after)] == list(expected.values())
+    log.close()
+    reopened = SegmentLog(tmp_path, bypass_cache=True)
+    assert {block_id: reopened.read(loc) for block_id, loc, _ in reopened.rebuild()} == expected
+    reopened.close()
+
+
+def test_a_run_stops_at_the_segment_end(tmp_path):
+    log = SegmentLog(tmp_path, segment_bytes=64 << 10)
+    run = [(i, [payload(i, 10_000)]) for i in range(10)]
+    first = log.append_run(run)
+    assert 0 < len(first) < 10 and len({loc.segment for loc in first}) == 1
+    rest = log.append_run(run[len(first):])
+    assert rest[0].segment != first[0].segment
+    assert [log.read(loc) for loc in first + rest] == [parts[0] for _, parts in run[:len(first + rest)]]
     log.close()
 
 
@@ -110,11 +156,11 @@ def test_large_records_read_whole_stay_out_of_the_page_cache(tmp_path):
     buf = bytearray()
     log.read_into(second, buf)
     assert buf == payload(2, DIRECT_MIN)
-    log.read_into(first, buf)
-    assert buf == payload(1, DIRECT_MIN + 5)
+    assert log.read(first) == payload(1, DIRECT_MIN + 5)  # a demand read of a whole block
     (segment,) = tmp_path.glob("seg-*.log")
     assert_out_of_page_cache(segment, first)
     assert_out_of_page_cache(segment, second)
+    assert log.read(first, 7, 100) == payload(1, DIRECT_MIN + 5)[7:107]  # a range: through the cache
     log.close()
 
 

@@ -77,6 +77,18 @@ def test_ram_hot_set_survives_a_scan_larger_than_budget():
     assert ram.contains(63), "the scan still gets the rest of the cache"
 
 
+def test_ram_release_lets_go_of_a_block_read_once_only():
+    ram = RamTier(16 * KB)
+    for i in range(3):
+        ram.put(i, block(i))
+    assert ram.get(1) == block(1)  # re-used: protected
+    ram.pin([2])
+    for i in range(3):
+        ram.release(i)
+    assert [i for i in range(3) if ram.contains(i)] == [1, 2]
+    assert ram.used() == 2 * len(block(0))
+
+
 def test_ram_protected_segment_is_bounded():
     ram = RamTier(10 * KB)
     for i in range(10):
@@ -124,14 +136,14 @@ def test_nvme_put_get_delete(nvme_at):
 
 def _slow_appends(monkeypatch, nvme, started: threading.Event, release: threading.Event) -> None:
     """Appends to `nvme` wait for `release`, as a write to a busy disk does."""
-    append = nvme._log.append
+    append_run = nvme._log.append_run
 
     def slow(*args, **kwargs):
         started.set()
         assert release.wait(10)
-        return append(*args, **kwargs)
+        return append_run(*args, **kwargs)
 
-    monkeypatch.setattr(nvme._log, "append", slow)
+    monkeypatch.setattr(nvme._log, "append_run", slow)
 
 
 def test_nvme_reads_do_not_wait_for_an_append(nvme_at, monkeypatch):
@@ -356,6 +368,7 @@ async def test_read_from_nvme_fills_ram(tiers):
 async def test_read_from_cold_fills_nvme_and_ram(tiers):
     expected = in_cold_only(tiers, 3, block(3))
     assert await tiers.read(3, expected, KB) == block(3)
+    assert tiers.fills.wait_idle(5), "NVMe's copy is written in the background"
     assert tiers.ram.contains(3) and tiers.nvme.contains(3)
     assert not tiers.nvme.is_dirty(3), "a copy of a cold block is clean"
     tiers.ram.delete(3)
@@ -369,6 +382,7 @@ async def test_corrupt_nvme_copy_falls_back_to_cold(tiers):
     tiers.nvme.put(4, b"rotten" * 100)
     assert await tiers.read(4, expected, KB) == block(4)
     assert tiers.cold.gets == {4: 1}
+    assert tiers.fills.wait_idle(5)
     assert tiers.nvme.get(4) == block(4), "the bad NVMe copy is replaced by the good one"
 
 
