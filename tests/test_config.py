@@ -308,6 +308,10 @@ BAD_INPUTS = {
         "[writeback]\nupload_concurrency = 4\nuploads_beside_writers = 5\n",
         ["uploads_beside_writers (5) is more than upload_concurrency (4)"],
     ),
+    "rule pack_below above half a pack": (
+        '[writeback]\npack_size = "4MiB"\n[[rules]]\npath = "/c/**"\npack_below = "3MiB"\n',
+        ["rules[0].pack_below = '3MiB'", "at most half of [writeback] pack_size (4MiB)"],
+    ),
     "unknown durability": (
         '[[rules]]\npath = "/c/**"\ndurability = "s3"\n',
         ["rules[0].durability = 's3': must be 'local', 'cluster' or 'remote'"],

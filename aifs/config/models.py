@@ -624,6 +624,7 @@ class Rule(_Table):
     readahead: Size | None = None
     fetch: Literal["range", "block"] = "range"
     direct_writes: bool | None = Field(None, strict=True)  # None: [fuse] direct_writes
+    pack_below: Size | None = None  # None: [writeback] pack_below; 0: never packed
 
     def matches(self, path: str) -> bool:
         """`**` crosses '/', `*` and `?` stay inside one name."""
@@ -707,6 +708,19 @@ class Config(_Table):
                         "rules", "durability = 'cluster' keeps a copy of each block on the flash servers, and no "
                         "remote tier is configured; add one, or use 'local' or 'remote'",
                         {"config_key": f"rules[{i}].durability", "config_value": "cluster"})
+        return self
+
+    @model_validator(mode="after")
+    def _rule_packs_hold_small_blocks(self) -> "Config":
+        """As for [writeback] pack_below: a pack must hold two of the blocks a rule packs."""
+        for i, rule in enumerate(self.rules):
+            if rule.pack_below and self.writeback.pack_size < 2 * rule.pack_below:
+                raise PydanticCustomError(
+                    "rules", "pack_below must be at most half of [writeback] pack_size ({size}), or a pack "
+                    "could not hold two of the blocks it is for; set it to 0 to upload this path's blocks "
+                    "each on its own", {"config_key": f"rules[{i}].pack_below",
+                                        "config_value": format_size(rule.pack_below),
+                                        "size": format_size(self.writeback.pack_size)})
         return self
 
     def durability(self, rule: "Rule | None") -> str:

@@ -5,7 +5,8 @@ queued, which is the order their files were closed, until a pack is full. While 
 are busy, a pack that does not fill waits for more, until its oldest block has waited
 `pack_wait` or a sync hurries one of its blocks; once they are quiet it goes up as it is
 (what they wrote is all queued by then). A lone small block goes up on its own. Large
-blocks never wait for packs to fill.
+blocks never wait for packs to fill. A path's rule may set its own size limit, or keep its
+blocks out of packs (0); blocks queued before a restart follow the volume's limit.
 """
 
 import math
@@ -23,15 +24,20 @@ class PackPlanner:
         self.wait = settings.pack_wait
         self._staged_length = staged_length
         self._queued_at: dict[int, float] = {}
+        self._below_of: dict[int, int] = {}  # blocks whose path's rule sets its own pack_below
         self._alone: set[int] = set()  # blocks a pack left out: their own upload says why
 
-    def queued(self, block_ids: Iterable[int], now: float) -> None:
+    def queued(self, block_ids: Iterable[int], now: float, below: int | None = None) -> None:
+        """Blocks queued for upload now; `below`: their path's own pack_below (None: the volume's)."""
         for block_id in block_ids:
             self._queued_at.setdefault(block_id, now)
+            if below is not None:
+                self._below_of[block_id] = below
 
     def forget(self, block_ids: Iterable[int]) -> None:
         for block_id in block_ids:
             self._queued_at.pop(block_id, None)
+            self._below_of.pop(block_id, None)
             self._alone.discard(block_id)
 
     def go_alone(self, block_ids: Iterable[int]) -> None:
@@ -47,7 +53,8 @@ class PackPlanner:
         large = None
         for block_id in candidates:
             length = self._staged_length(block_id)
-            if not self.below or length is None or length >= self.below or block_id in self._alone:
+            below = self._below_of.get(block_id, self.below)
+            if not below or length is None or length >= below or block_id in self._alone:
                 large = block_id if large is None else large
                 if not group:
                     return [large], math.inf

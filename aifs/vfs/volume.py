@@ -103,9 +103,11 @@ class Volume:
 
     def _blocks_committed(self, ino: int, refs: list[BlockRef]) -> None:
         """New blocks of a file: queued for upload (at once, beside the writers, when the
-        path's rule waits for the durable tier anyway) and pinned if the file is."""
-        self.uploader.enqueue(refs)
-        if self.durability_of(ino) == "remote":
+        path's rule waits for the durable tier anyway; packed as the path's rule says) and
+        pinned if the file is."""
+        rule = self.rule_of(ino)
+        self.uploader.enqueue(refs, None if rule is None else rule.pack_below)
+        if self.config.durability(rule) == "remote":
             self.uploader.hurry([ref.block_id for ref in refs])
         self.pinner.blocks_added(ino, refs)
 

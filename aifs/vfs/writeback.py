@@ -96,9 +96,10 @@ class Uploader:
     def pending(self) -> list[int]:
         return list(self._queue)
 
-    def enqueue(self, refs: list[BlockRef]) -> None:
+    def enqueue(self, refs: list[BlockRef], pack_below: int | None = None) -> None:
+        """New blocks to upload; `pack_below`: their path's own limit for packing (None: the volume's)."""
         self._queue.update((ref.block_id, ref.checksum) for ref in refs)
-        self._planner.queued((ref.block_id for ref in refs), trio.current_time())
+        self._planner.queued((ref.block_id for ref in refs), trio.current_time(), pack_below)
         self._wake.set()
 
     def writers_closed(self) -> None:

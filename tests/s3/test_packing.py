@@ -272,3 +272,24 @@ def test_packing_and_packing_anew_under_concurrent_readers(make_s3_volume, moto_
     assert_digests(volume.path, kept)
     volume.umount()
     assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
+
+
+def test_a_path_rule_keeps_its_files_out_of_packs_or_packs_larger_ones(make_s3_volume, moto_server, bucket):
+    rules = [{"path": "/raw/**", "pack_below": 0}, {"path": "/big/**", "pack_below": "256KiB"}]
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback={"pack_below": "64KiB"}, rules=rules)
+    volume.mount()
+    digests = {}
+    for folder, size in (("raw", 4000), ("big", 200_002), ("rest", 4001), ("rest-big", 200_000)):
+        (volume.path / folder).mkdir()
+        for i in range(20):
+            data = pattern(f"{folder}{i}", size)
+            (volume.path / folder / f"f{i}").write_bytes(data)
+            digests[f"{folder}/f{i}"] = hashlib.sha256(data).hexdigest()
+    sync_wait(volume.path)
+    sizes = list(object_sizes(moto_server, bucket).values())
+    assert sizes.count(4000) == 20, "a file under /raw went into a pack"
+    assert sizes.count(200_000) == 20, "a file of 200,000 bytes outside /big went into a pack"
+    assert sizes.count(4001) + sizes.count(200_002) == 0, "a small file outside /raw or under /big went up alone"
+    assert len(sizes) <= 40 + 4
+    volume.reload_from_s3()
+    assert_digests(volume.path, digests)
