@@ -222,6 +222,25 @@ def test_a_mount_killed_while_aifs_pack_runs_loses_nothing(make_s3_volume, moto_
     assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
 
 
+def test_a_mount_killed_while_it_uploads_packs_loses_nothing(make_s3_volume, moto_server, bucket):
+    writeback = {"pack_size": "32KiB", "pack_below": "16KiB", "upload_bandwidth": "1MiB", "garbage_grace": 0.2}
+    volume = make_s3_volume(moto_server.endpoint, bucket, writeback=writeback)  # many packs, slowly
+    volume.mount()
+    puts = requests(moto_server, bucket, "PUT")
+    digests = write_small_files(volume.path, 3000, random.Random(4), hi=4000)  # every close acknowledged
+    wait_for(lambda: requests(moto_server, bucket, "PUT") > puts + 2, "packs to go up", every=0.02)
+    assert poll_status(volume)["pending_blocks"] > 0, "every pack was up before the kill"
+    volume.kill9()
+    volume.mount()
+    assert_digests(volume.path, digests)
+    sync_wait(volume.path)
+    volume.reload_from_s3()
+    assert_digests(volume.path, digests)
+    volume.umount()
+    aifs_ok("gc", "-c", str(volume.config), "--delete")
+    assert "clean" in aifs_ok("fsck", "-c", str(volume.config))
+
+
 class Readers:
     """Threads that read random files over and over, each against its digest, until stopped."""
 
