@@ -104,7 +104,6 @@ class TierManager:
         self._remote_limiter = _limiter(remote_threads)
         self.background: BackgroundCalls | None = None  # offers, unpins, usage refreshes
         self.fills = Fills(nvme.fill)  # NVMe copies of blocks read from below
-        cold.on_promoted(self._promoted)
         self._usage: tuple[RemoteUsage, ...] = ()
         self._pinned_remotely: set[int] = set()  # staged blocks whose pinned copies are on flash
         if self._shared:
@@ -285,14 +284,6 @@ class TierManager:
             self._count(tier, data)
             return data
         raise FsError(errno.EIO, f"bytes {start}-{end} of block {block_id:016x} are missing or corrupt in every tier")
-
-    def _promoted(self, blocks: list[tuple[int, bytes, int]]) -> None:
-        """Blocks the cold tier fetched for readers coming back to them (the members of a
-        hot pack), from its thread: those intact are copied to NVMe like any block read from
-        below, while the fill queue has room."""
-        for block_id, data, expected in blocks:
-            if not self.nvme.contains(block_id) and checksum(data) == expected:
-                self.fills.submit(block_id, data)
 
     def _fill(self, block_id: int, data: bytes) -> None:
         """Copy a block just read from below to NVMe; the reader holds it in memory already."""

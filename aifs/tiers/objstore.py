@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aifs.tiers.files import make_fanout, read_file, remove_file, sync_filesystem, write_file
-from aifs.tiers.protocol import PromotionSink, object_name
+from aifs.tiers.protocol import object_name
 
 _OBJECT_NAME = re.compile(r"[0-9a-f]{16}")
 
@@ -75,9 +75,6 @@ class LocalObjectStore:
     def get_held(self, block_id: int, offset: int, length: int | None) -> None:
         """Nothing is held in memory here: every read asks the store."""
         return None
-
-    def on_promoted(self, sink: PromotionSink) -> None:
-        """Nothing is fetched here beyond what is asked."""
 
     def block_sizes(self) -> dict[int, int]:
         return {int(entry.name, 16): entry.stat().st_size for entry in self._objects()}

@@ -6,9 +6,7 @@ members in a row, or the first member of a pack right after streaming the previo
 gets the rest of the pack in one request instead, and while it reads those bytes the
 next few packs (in upload order, which is the order the files were closed in) are
 fetched whole in the background. Fetched bytes wait here, within a budget, for the reads that
-follow. A pack read out of order a second time (a shuffle coming back to it) is fetched whole
-too, and its members are handed to the tiers above, which keep them on NVMe. Every byte is
-still checked against the block's own checksums by the tier manager.
+follow. Every byte is still checked against the block's own checksums by the tier manager.
 """
 
 import logging
@@ -19,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from aifs.meta.packs import PackRecord, PackSlot
-from aifs.tiers.protocol import ColdTier, PromotionSink
+from aifs.tiers.protocol import ColdTier
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +26,6 @@ BEHIND = 8  # members a read may fall behind the last one read without breaking 
 STREAK = 2  # in-order reads of a pack before the rest of it is fetched at once
 FOLLOW = 8  # reads of fetched pack bytes after which the packs after it may be fetched too
 SPREAD = 4  # ...if those reads lie within this many times their own length from the start
-PROMOTE_AFTER = 2  # reads of a pack out of order after which its members go to the tiers above
 HELD_BYTES = 64 << 20  # pack bytes fetched ahead and waiting to be read
 PACKS_AHEAD = 4  # packs fetched at once ahead of a reader going in order: one GET is not enough to stream
 TRACKED_PACKS = 4096
@@ -84,8 +81,6 @@ class PackedStore:
         self._held_slots: dict[int, PackSlot] = {}  # the members of the packs held, by block id
         self._held_bytes = 0
         self._fetching: dict[int, threading.Event] = {}
-        self._scattered: OrderedDict[int, int] = OrderedDict()  # pack -> reads of it out of order
-        self._sink: PromotionSink | None = None
         self._background = ThreadPoolExecutor(PACKS_AHEAD + 1, thread_name_prefix="aifs-packs-ahead")
         self.fetched_ahead = 0  # packs read to their end in one request
 
@@ -118,8 +113,6 @@ class PackedStore:
         if data is None and self._in_order(slot):
             self._fetch(slot.pack_id, max(0, slot.offset - BEHIND * slot.length))
             data = self._from_held(slot.pack_id, start, length)
-        elif data is None:
-            self._read_out_of_order(slot.pack_id)
         return data if data is not None else self.inner.get_range(slot.pack_id, start, length)
 
     def get_held(self, block_id: int, offset: int, length: int | None) -> bytes | None:
@@ -170,30 +163,6 @@ class PackedStore:
             if len(self._streaks) > TRACKED_PACKS:
                 self._streaks.popitem(last=False)
             return streak >= STREAK
-
-    def on_promoted(self, sink: PromotionSink) -> None:
-        self._sink = sink
-
-    def _read_out_of_order(self, pack_id: int) -> None:
-        """Count a read of a pack that is neither held nor read in order (a shuffle); on the
-        PROMOTE_AFTER-th, the pack is fetched whole in the background and its members handed
-        to the tiers above, so readers coming back for the rest find them there, not in S3."""
-        with self._lock:
-            reads = self._scattered.pop(pack_id, 0) + 1
-            self._scattered[pack_id] = reads
-            if len(self._scattered) > TRACKED_PACKS:
-                self._scattered.popitem(last=False)
-        if reads == PROMOTE_AFTER and self._sink is not None:
-            self._background.submit(self._guessed, self._promote, pack_id)
-
-    def _promote(self, pack_id: int) -> None:
-        """Fetch a pack whole and hand its members that still live in it to the sink."""
-        record = self.index.pack_record(pack_id)
-        data = None if record is None else self.inner.get_range(pack_id, 0, record.size)
-        if record is None or data is None or self._sink is None:
-            return
-        live = [m for m in record.members if self.index.slot_of(m.block_id) == PackSlot(pack_id, m.offset, m.length)]
-        self._sink([(m.block_id, data[m.offset:m.offset + m.length], m.checksum) for m in live])
 
     def _follow(self, pack_id: int) -> None:
         """Fetch the PACKS_AHEAD packs after `pack_id` whole, each on its own thread, those

@@ -1,9 +1,7 @@
 """The protocol every tier implements; a tier knows block ids and bytes, never files."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
-
-PromotionSink = Callable[[list[tuple[int, bytes, int]]], None]
 
 
 class Tier(Protocol):
@@ -35,11 +33,6 @@ class ColdTier(Tier, Protocol):
     used_is_exact: bool
 
     def flush(self) -> None: ...
-
-    def on_promoted(self, sink: PromotionSink) -> None:
-        """Have `sink` called, from any thread, with blocks the tier fetched beyond what was
-        asked (block id, bytes, checksum): the members of a pack that readers keep coming
-        back to, for the tiers above to keep. Their checksums are yet to be verified."""
 
     def get_held(self, block_id: int, offset: int, length: int | None) -> bytes | None:
         """Bytes of an object (to its end with `length` None) that the tier holds in memory

@@ -157,24 +157,3 @@ def test_members_of_a_held_pack_are_answered_without_a_lookup_or_a_read(packed) 
     assert inner.reads == reads
     store.delete_many([FIRST_PACK])  # a pack deleted: its bytes are no longer held
     assert store.get_held(rest[-1], 0, None) is None
-
-
-def test_a_pack_read_out_of_order_twice_hands_its_live_members_up(packed) -> None:
-    store, inner, blocks = packed
-    handed: dict[int, tuple[bytes, int]] = {}
-    got = threading.Event()
-
-    def sink(members):
-        handed.update((block_id, (data, checksum)) for block_id, data, checksum in members)
-        got.set()
-
-    store.on_promoted(sink)
-    retired = MEMBERS + 50
-    del store.index.slots[retired]  # no longer in the pack: not handed up
-    assert store.get(MEMBERS + 70) == blocks[MEMBERS + 70]
-    assert not got.is_set()
-    assert store.get(MEMBERS + 10) == blocks[MEMBERS + 10]  # the second read out of order
-    assert got.wait(10)
-    assert sorted(handed) == [b for b in range(MEMBERS, 2 * MEMBERS) if b != retired]
-    assert all(data == blocks[b] for b, (data, _) in handed.items())
-    assert inner.reads_of[FIRST_PACK + 1] == 3  # two ranged reads, then the pack whole
