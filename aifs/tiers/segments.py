@@ -265,8 +265,11 @@ class SegmentLog:
         if buffered:
             start_writeback(segment.fd, offset, end - offset)
         else:  # set_live and kill rewrite headers, often on the event loop: not with a disk read
-            for location in locations:  # (read into the page cache in the background)
-                os.posix_fadvise(segment.fd, location.header_offset, HEADER.size, os.POSIX_FADV_WILLNEED)
+            for location in locations:  # a staged record's set_live comes soon; a kill comes later
+                if staged:
+                    os.pread(segment.fd, HEADER.size, location.header_offset)
+                else:
+                    os.posix_fadvise(segment.fd, location.header_offset, HEADER.size, os.POSIX_FADV_WILLNEED)
         return locations
 
     def _gather(self, segment: _Segment, records: list[tuple[int, list[Buffer]]],
