@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 INLINE_BYTES = 256 << 10
 STAGING_POLL_S = 0.05
 WAIT_REPORT_S = 10.0  # at most one "writers wait" line this often, however many writers wait
+FILL_WAIT_S = 10.0  # how long a warmup waits for the NVMe copies queued before its own
 RESERVED_FOR_DEMAND = 0.25  # of each back end's slots: background work never takes these
 LOCAL_TIERS = ("ram", "nvme")  # the tiers files are pinned and loaded into, by name
 T = TypeVar("T")
@@ -630,8 +631,14 @@ class TierManager:
         target = self._local(tier)
         data = await self.read(block_id, expected, length, promote=False, priority=Priority.WARMUP)
         if target is self.nvme and not self.nvme.contains(block_id):
-            await trio.to_thread.run_sync(self._fill, block_id, data)
+            await trio.to_thread.run_sync(self._fill_after_queued, block_id, data)
         return target.contains(block_id)
+
+    def _fill_after_queued(self, block_id: int, data: bytes) -> None:
+        """Copy a block to NVMe once the copies queued before it have landed (the read that
+        brought it may have queued one, which a copy of its own would only skip)."""
+        self.fills.wait_idle(FILL_WAIT_S)
+        self._fill(block_id, data)
 
     # -- readers outside the mount (aifs.bypass): what this node holds, unverified ------------
     # Those readers check every block against its checksum themselves, as the read path does.
