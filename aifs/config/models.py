@@ -454,6 +454,11 @@ class FuseConfig(_Table):
     bypass_socket: Annotated[str, AfterValidator(_bypass_socket)] = "auto"  # aifs.bypass: reads without FUSE
 
 
+def holds_two_blocks(pack_size: int, pack_below: int | None) -> bool:
+    """Whether a pack of `pack_size` holds two of the blocks `pack_below` packs (0 or None: none)."""
+    return not pack_below or pack_size >= 2 * pack_below
+
+
 class WritebackConfig(_Table):
     """How staged blocks move to the durable tier, and how long writers wait for room."""
 
@@ -471,7 +476,7 @@ class WritebackConfig(_Table):
 
     @model_validator(mode="after")
     def _packs_hold_small_blocks(self) -> "WritebackConfig":
-        if self.pack_below and self.pack_size < 2 * self.pack_below:
+        if not holds_two_blocks(self.pack_size, self.pack_below):
             raise PydanticCustomError(
                 "pack_size",
                 "pack_size ({size}) must be at least twice pack_below ({below}), or a pack could not "
@@ -714,7 +719,7 @@ class Config(_Table):
     def _rule_packs_hold_small_blocks(self) -> "Config":
         """As for [writeback] pack_below: a pack must hold two of the blocks a rule packs."""
         for i, rule in enumerate(self.rules):
-            if rule.pack_below and self.writeback.pack_size < 2 * rule.pack_below:
+            if not holds_two_blocks(self.writeback.pack_size, rule.pack_below):
                 raise PydanticCustomError(
                     "rules", "pack_below must be at most half of [writeback] pack_size ({size}), or a pack "
                     "could not hold two of the blocks it is for; set it to 0 to upload this path's blocks "
