@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -105,6 +106,7 @@ class TierManager:
         self._remote_limiter = _limiter(remote_threads)
         self.background: BackgroundCalls | None = None  # offers, unpins, usage refreshes
         self.fills = Fills(nvme.fill)  # NVMe copies of blocks read from below
+        cold.on_promoted(self._promoted)
         self._usage: tuple[RemoteUsage, ...] = ()
         self._pinned_remotely: set[int] = set()  # staged blocks whose pinned copies are on flash
         if self._shared:
@@ -162,6 +164,8 @@ class TierManager:
         try:
             if tier is self.cold and (held := self.cold.get_held(block_id, *(span or (0, None)))) is not None:
                 return held  # in the cold tier's memory (a pack fetched ahead): no thread hop
+            if tier is self.cold:
+                call = (partial(call[0], demand=ticket.priority == Priority.DEMAND), *call[1:])
             if tier is self.remote or tier is self.peers:
                 return await self._remote_get(tier, ticket, call, span)
             return await self._get_from(tier, length if span is None else span[1], ticket, call)
@@ -285,6 +289,14 @@ class TierManager:
             self._count(tier, data)
             return data
         raise FsError(errno.EIO, f"bytes {start}-{end} of block {block_id:016x} are missing or corrupt in every tier")
+
+    def _promoted(self, blocks: list[tuple[int, bytes, int]]) -> None:
+        """Blocks the cold tier fetched for readers coming back to them (the members of a
+        hot pack), from its thread: those intact are copied to NVMe like any block read from
+        below, while the fill queue has room."""
+        for block_id, data, expected in blocks:
+            if not self.nvme.contains(block_id) and checksum(data) == expected:
+                self.fills.submit(block_id, data)
 
     def _fill(self, block_id: int, data: bytes) -> None:
         """Copy a block just read from below to NVMe; the reader holds it in memory already."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aifs.tiers.files import make_fanout, read_file, remove_file, sync_filesystem, write_file
-from aifs.tiers.protocol import object_name
+from aifs.tiers.protocol import PromotionSink, object_name
 
 _OBJECT_NAME = re.compile(r"[0-9a-f]{16}")
 
@@ -35,10 +35,10 @@ class LocalObjectStore:
     def _path(self, block_id: int) -> Path:
         return self.root / object_name(block_id)
 
-    def get(self, block_id: int) -> bytes | None:
+    def get(self, block_id: int, demand: bool = False) -> bytes | None:
         return read_file(self._path(block_id))
 
-    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+    def get_range(self, block_id: int, offset: int, length: int, demand: bool = False) -> bytes | None:
         return read_file(self._path(block_id), offset, length)
 
     def put(self, block_id: int, data: bytes) -> None:
@@ -75,6 +75,9 @@ class LocalObjectStore:
     def get_held(self, block_id: int, offset: int, length: int | None) -> None:
         """Nothing is held in memory here: every read asks the store."""
         return None
+
+    def on_promoted(self, sink: PromotionSink) -> None:
+        """Nothing is fetched here beyond what is asked."""
 
     def block_sizes(self) -> dict[int, int]:
         return {int(entry.name, 16): entry.stat().st_size for entry in self._objects()}

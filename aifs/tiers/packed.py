@@ -1,12 +1,14 @@
 """The durable tier as the layers above see it once small blocks are packed.
 
-A packed block is read from its pack: a ranged GET of its bytes alone, so a shuffled epoch
-costs one request per file as before. A reader that goes through a pack in order (three
+A packed block is read from its pack: a ranged GET of its bytes alone. A reader that goes through a pack in order (three
 members in a row, or the first member of a pack right after streaming the previous one)
 gets the rest of the pack in one request instead, and while it reads those bytes the
 next few packs (in upload order, which is the order the files were closed in) are
 fetched whole in the background. Fetched bytes wait here, within a budget, for the reads that
-follow. Every byte is still checked against the block's own checksums by the tier manager.
+follow. A pack that readers waiting for their bytes jump about in (a shuffle coming back to
+it) is fetched whole too, and its members are handed to the tiers above, which keep them on
+NVMe: a shuffled epoch costs a few requests per pack rather than one per file. Every byte is
+still checked against the block's own checksums by the tier manager.
 """
 
 import logging
@@ -17,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from aifs.meta.packs import PackRecord, PackSlot
-from aifs.tiers.protocol import ColdTier
+from aifs.tiers.protocol import ColdTier, PromotionSink
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,7 @@ BEHIND = 8  # members a read may fall behind the last one read without breaking 
 STREAK = 2  # in-order reads of a pack before the rest of it is fetched at once
 FOLLOW = 8  # reads of fetched pack bytes after which the packs after it may be fetched too
 SPREAD = 4  # ...if those reads lie within this many times their own length from the start
+PROMOTE_AFTER = 2  # jumps within a pack by waiting readers after which its members go to the tiers above
 HELD_BYTES = 64 << 20  # pack bytes fetched ahead and waiting to be read
 PACKS_AHEAD = 4  # packs fetched at once ahead of a reader going in order: one GET is not enough to stream
 TRACKED_PACKS = 4096
@@ -75,12 +78,13 @@ class PackedStore:
         self.inner = inner
         self.index = index
         self._lock = threading.Lock()
-        self._streaks: OrderedDict[int, tuple[int, int]] = OrderedDict()  # pack -> (end of last read, streak)
+        self._streaks: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # pack -> (end of last read, streak, jumps)
         self._streaming = False  # the last fetch ahead reached its pack's end
         self._held: OrderedDict[int, _Held] = OrderedDict()
         self._held_slots: dict[int, PackSlot] = {}  # the members of the packs held, by block id
         self._held_bytes = 0
         self._fetching: dict[int, threading.Event] = {}
+        self._sink: PromotionSink | None = None
         self._background = ThreadPoolExecutor(PACKS_AHEAD + 1, thread_name_prefix="aifs-packs-ahead")
         self.fetched_ahead = 0  # packs read to their end in one request
 
@@ -90,10 +94,10 @@ class PackedStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def get(self, block_id: int) -> bytes | None:
-        return self.get_range(block_id, 0, None)
+    def get(self, block_id: int, demand: bool = False) -> bytes | None:
+        return self.get_range(block_id, 0, None, demand)
 
-    def get_range(self, block_id: int, offset: int, length: int | None) -> bytes | None:
+    def get_range(self, block_id: int, offset: int, length: int | None, demand: bool = False) -> bytes | None:
         """Bytes of a block (to its end with `length` None). A block found in no pack whose
         object is gone may have just moved into one (aifs pack): it is looked up again."""
         slot = self.index.slot_of(block_id)
@@ -102,15 +106,15 @@ class PackedStore:
             if data is not None or (slot := self.index.slot_of(block_id)) is None:
                 return data
         length = slot.length - offset if length is None else min(length, slot.length - offset)
-        return self._read(slot, offset, length)
+        return self._read(slot, offset, length, demand)
 
-    def _read(self, slot: PackSlot, offset: int, length: int) -> bytes | None:
+    def _read(self, slot: PackSlot, offset: int, length: int, demand: bool) -> bytes | None:
         """From the bytes fetched ahead, else from a fetch of the rest of the pack when its
         reader goes in order, else by a ranged read of these bytes alone. The rest is fetched
         from a few members back, for readers working in parallel that are a little behind."""
         start = slot.offset + offset
         data = self._from_held(slot.pack_id, start, length)
-        if data is None and self._in_order(slot):
+        if data is None and self._in_order(slot, demand):
             self._fetch(slot.pack_id, max(0, slot.offset - BEHIND * slot.length))
             data = self._from_held(slot.pack_id, start, length)
         return data if data is not None else self.inner.get_range(slot.pack_id, start, length)
@@ -143,26 +147,45 @@ class PackedStore:
             self._background.submit(self._guessed, self._follow, pack_id)
         return data
 
-    def _in_order(self, slot: PackSlot) -> bool:
+    def _in_order(self, slot: PackSlot, demand: bool) -> bool:
         """Note this read of a pack; True when its reader goes through the pack in order.
         A member a little ahead of the last one read continues a streak; one a little
         behind leaves it be (readers working in parallel finish out of order); any other
-        breaks it. The first read of a pack near its start, while streaming, counts too."""
+        jumps, breaking it. The first read of a pack near its start, while streaming,
+        counts too. The PROMOTE_AFTER-th jump of readers waiting for their bytes (a shuffle
+        coming back to the pack) has it promoted; reads ahead follow an order known in
+        advance and fetch what it needs, so their jumps do not count."""
         with self._lock:
-            end, streak = self._streaks.pop(slot.pack_id, (None, 0))
+            end, streak, jumps = self._streaks.pop(slot.pack_id, (None, 0, 0))
+            jumped = False
             near_start = slot.offset <= AHEAD * slot.length
             if end is None:
                 end, streak = slot.offset + slot.length, STREAK if near_start and self._streaming else 0
             elif 0 <= slot.offset - end <= AHEAD * slot.length:
                 end, streak = slot.offset + slot.length, streak + 1
             elif not -BEHIND * slot.length <= slot.offset - end < 0:
-                end, streak = slot.offset + slot.length, 0
+                end, streak, jumped = slot.offset + slot.length, 0, demand
+                jumps += jumped
             if streak < STREAK:
                 self._streaming = False
-            self._streaks[slot.pack_id] = (end, streak)
+            self._streaks[slot.pack_id] = (end, streak, jumps)
             if len(self._streaks) > TRACKED_PACKS:
                 self._streaks.popitem(last=False)
-            return streak >= STREAK
+        if jumped and jumps == PROMOTE_AFTER and self._sink is not None:
+            self._background.submit(self._guessed, self._promote, slot.pack_id)
+        return streak >= STREAK
+
+    def on_promoted(self, sink: PromotionSink) -> None:
+        self._sink = sink
+
+    def _promote(self, pack_id: int) -> None:
+        """Fetch a pack whole and hand its members that still live in it to the sink."""
+        record = self.index.pack_record(pack_id)
+        data = None if record is None else self.inner.get_range(pack_id, 0, record.size)
+        if record is None or data is None or self._sink is None:
+            return
+        live = [m for m in record.members if self.index.slot_of(m.block_id) == PackSlot(pack_id, m.offset, m.length)]
+        self._sink([(m.block_id, data[m.offset:m.offset + m.length], m.checksum) for m in live])
 
     def _follow(self, pack_id: int) -> None:
         """Fetch the PACKS_AHEAD packs after `pack_id` whole, each on its own thread, those

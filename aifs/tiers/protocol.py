@@ -1,7 +1,9 @@
 """The protocol every tier implements; a tier knows block ids and bytes, never files."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+
+PromotionSink = Callable[[list[tuple[int, bytes, int]]], None]
 
 
 class Tier(Protocol):
@@ -33,6 +35,18 @@ class ColdTier(Tier, Protocol):
     used_is_exact: bool
 
     def flush(self) -> None: ...
+
+    def get(self, block_id: int, demand: bool = False) -> bytes | None:
+        """The whole object, or None. `demand`: a reader waits for it now (not a read ahead),
+        so the tier may learn how readers go through what it holds."""
+
+    def get_range(self, block_id: int, offset: int, length: int, demand: bool = False) -> bytes | None:
+        """As Tier.get_range; `demand` as for get."""
+
+    def on_promoted(self, sink: PromotionSink) -> None:
+        """Have `sink` called, from any thread, with blocks the tier fetched beyond what was
+        asked (block id, bytes, checksum): the members of a pack that readers keep coming
+        back to, for the tiers above to keep. Their checksums are yet to be verified."""
 
     def get_held(self, block_id: int, offset: int, length: int | None) -> bytes | None:
         """Bytes of an object (to its end with `length` None) that the tier holds in memory

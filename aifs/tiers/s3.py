@@ -23,7 +23,7 @@ from typing import TypeVar
 from botocore.exceptions import ClientError
 
 from aifs.config.models import S3Tier as S3Settings
-from aifs.tiers.protocol import object_name
+from aifs.tiers.protocol import PromotionSink, object_name
 from aifs.tiers.s3_client import make_client
 from aifs.tiers.s3_marker import MARKER_NAME, MarkerMode, S3SetupError, VolumeMarker
 from aifs.tiers.s3_putter import PutProcess, PutterFailed
@@ -59,10 +59,10 @@ class S3Tier:
 
     # -- the tier protocol ---------------------------------------------------
 
-    def get(self, block_id: int) -> bytes | None:
+    def get(self, block_id: int, demand: bool = False) -> bytes | None:
         return self._get(self._key(block_id))
 
-    def get_range(self, block_id: int, offset: int, length: int) -> bytes | None:
+    def get_range(self, block_id: int, offset: int, length: int, demand: bool = False) -> bytes | None:
         """`length` bytes from `offset` (fewer at the object's end), or None when it is absent."""
         if offset < 0 or length <= 0:
             raise ValueError(f"bad range: offset {offset}, length {length}")
@@ -145,6 +145,9 @@ class S3Tier:
     def get_held(self, block_id: int, offset: int, length: int | None) -> None:
         """Nothing is held in memory here: every read asks the store."""
         return None
+
+    def on_promoted(self, sink: PromotionSink) -> None:
+        """Nothing is fetched here beyond what is asked."""
 
     def block_sizes(self) -> dict[int, int]:
         """Every block object under the prefix with its size (one LIST request per 1,000), for fsck and gc."""

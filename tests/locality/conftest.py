@@ -81,7 +81,11 @@ def cluster(moto_server, tmp_path_factory) -> Iterator[Cluster]:  # noqa: F811
     sampler only under train/."""
     base = tmp_path_factory.mktemp("locality")
     with running(base / "redis") as redis:
-        setup = {"meta": {"url": redis.url, "heartbeat": 0.3, "session_timeout": 30.0},
+        # Files stored each on its own: a node then holds exactly the files it read or was
+        # offered, which these tests count. (A node jumping about in a pack fetches all of its
+        # members, docs/packing.md.)
+        setup = {"writeback": {"pack_below": 0},
+                 "meta": {"url": redis.url, "heartbeat": 0.3, "session_timeout": 30.0},
                  "cluster": {"serve": "127.0.0.1:0", "secret_file": str(new_secret_file(base / "peers.secret")),
                              "timeout": 0.5, "read_bound": 1.0, "probe_interval": 0.2}}
         bucket = moto_server.create_bucket()

@@ -18,8 +18,8 @@ from helpers import pattern
 
 from aifs.tiers.s3_marker import MARKER_NAME
 
-from .helpers_mount import (PREFIX, aifs_ok, assert_digests, make_s3_volume, poll_status, sync_wait,
-                            wait_for)
+from .helpers_mount import (PREFIX, aifs_ok, assert_digests, make_s3_volume, poll_status, sha256_file,
+                            sync_wait, wait_for)
 
 __all__ = ["make_s3_volume"]  # the fixture, imported so pytest finds it
 pytestmark = pytest.mark.timeout_s(600)
@@ -60,18 +60,24 @@ def test_twenty_thousand_small_files_go_up_in_few_puts_and_come_back(make_s3_vol
     assert gets * 5 <= len(digests), f"{gets} GETs to read {len(digests)} packed files in their order"
 
 
-def test_a_shuffled_read_of_packed_files_fetches_each_file_alone(make_s3_volume, moto_server, bucket):
+def test_a_shuffled_read_of_packed_files_fetches_a_few_of_them_alone_then_their_pack(
+        make_s3_volume, moto_server, bucket):
+    """Ten packs of about sixty files read in a shuffled order: a pack the reader jumps about in
+    is fetched whole and its members copied to NVMe, where the other reads find them; one read
+    close after another is fetched whole and held. Either way, few files cost a request."""
     volume = make_s3_volume(moto_server.endpoint, bucket)
     volume.mount()
-    digests = write_small_files(volume.path, 300, random.Random(2), lo=2000, hi=3000)
+    digests = write_small_files(volume.path, 600, random.Random(2), lo=12_000, hi=20_000)
     sync_wait(volume.path)
     volume.reload_from_s3()
     names = sorted(digests)
     random.Random(3).shuffle(names)
     gets_before = requests(moto_server, bucket, "GET")
-    assert_digests(volume.path, {name: digests[name] for name in names})
+    wrong = [name for name in names if sha256_file(volume.path / name) != digests[name]]
     gets = requests(moto_server, bucket, "GET") - gets_before
-    assert gets <= len(names), f"{gets} GETs for {len(names)} files read in a shuffled order"
+    assert not wrong, f"{len(wrong)} of {len(names)} files read back wrong"
+    assert gets <= len(names) // 4, f"{gets} GETs for {len(names)} files read in a shuffled order"
+    assert poll_status(volume)["tiers"]["nvme"]["hits"] > 0, "no pack was promoted to NVMe"
 
 
 def mutate(root: Path, rng: random.Random) -> None:

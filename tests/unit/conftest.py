@@ -149,11 +149,11 @@ class Watched:
         self.delay = delay
         self.gets: dict[int, int] = {}
 
-    def get(self, block_id: int):
+    def get(self, block_id: int, **options):
         self.gets[block_id] = self.gets.get(block_id, 0) + 1
         if self.delay:
             time.sleep(self.delay)
-        return self._tier.get(block_id)
+        return self._tier.get(block_id, **options)
 
     def __getattr__(self, name):
         return getattr(self._tier, name)

@@ -1,5 +1,7 @@
 """How many requests reading packed blocks costs: in order, a pack is fetched about once
-(and the next one ahead of its reader); shuffled, each read costs at most one ranged read.
+(and the next one ahead of its reader); shuffled, each read costs at most one ranged read,
+until readers waiting for their bytes have jumped about in a pack, which is then fetched whole
+and handed up.
 The durable tier is a real local object store that counts the reads it serves."""
 
 import os
@@ -157,3 +159,26 @@ def test_members_of_a_held_pack_are_answered_without_a_lookup_or_a_read(packed) 
     assert inner.reads == reads
     store.delete_many([FIRST_PACK])  # a pack deleted: its bytes are no longer held
     assert store.get_held(rest[-1], 0, None) is None
+
+
+def test_a_pack_readers_wait_for_and_jump_about_in_hands_its_live_members_up(packed) -> None:
+    store, inner, blocks = packed
+    handed: dict[int, tuple[bytes, int]] = {}
+    got = threading.Event()
+
+    def sink(members):
+        handed.update((block_id, (data, checksum)) for block_id, data, checksum in members)
+        got.set()
+
+    store.on_promoted(sink)
+    retired = MEMBERS + 50
+    del store.index.slots[retired]  # no longer in the pack: not handed up
+    for m in (70, 10, 90):  # reads ahead, in an order known in advance: they fetch what they need
+        assert store.get(MEMBERS + m) == blocks[MEMBERS + m]
+    for m in (40, 20):  # readers waiting, jumping about: on the second jump the pack goes up
+        assert not got.is_set()
+        assert store.get(MEMBERS + m, demand=True) == blocks[MEMBERS + m]
+    assert got.wait(10)
+    assert sorted(handed) == [b for b in range(MEMBERS, 2 * MEMBERS) if b != retired]
+    assert all(data == blocks[b] for b, (data, _) in handed.items())
+    assert inner.reads_of[FIRST_PACK + 1] == 6  # five ranged reads, then the pack whole
