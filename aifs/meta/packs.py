@@ -208,9 +208,15 @@ class PackOps:
                 self._retire_pack(txn, pack_id)
                 continue
             txn.batch.put(keys.pack(pack_id), record.encode())
-            if 2 * record.dead_bytes > record.size:
+            if _more_than_half_dead(record):
                 sparse.append(pack_id)
         return sparse
+
+    def sparse_packs(self) -> list[int]:
+        """Every pack more than half of whose bytes are dead (one scan of the pack records):
+        what a restart, or a compaction that failed, left to pack anew."""
+        return [keys.read_u64(key, 1) for key, value in self.kv.scan(keys.PACK)
+                if _more_than_half_dead(PackRecord.decode(value))]
 
     def superseded_due(self, limit: int = 1024, now_ns: int | None = None) -> list[int]:
         """Blocks whose objects of their own may go now: their bytes are in a pack."""
@@ -225,3 +231,8 @@ class PackOps:
     def _retire_pack(self, txn: Txn, pack_id: int) -> None:
         txn.batch.delete(keys.pack(pack_id))
         txn.batch.put(keys.garbage(pack_id), msgpack.packb(txn.now + self.garbage_grace_ns))
+
+
+def _more_than_half_dead(record: PackRecord) -> bool:
+    """Worth packing anew: a compaction then at least halves the pack's bytes."""
+    return 2 * record.dead_bytes > record.size

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0
 GC_PERIOD_S = 1.0
+SPARSE_RESCAN_S = 300.0  # packs more than half dead are otherwise learnt as their blocks die
 RETRY_S = 5.0
 QUIET_S = 0.5
 SETTLE_S = 0.05
@@ -291,6 +292,7 @@ class GarbageCollector:
         self.repacker = repacker
         self._runs_duties = runs_duties or (lambda: True)
         self._sparse: set[int] = set()  # packs more than half dead, to pack anew
+        self._rescan_at = 0.0  # when the pack records are next scanned for such packs
 
     async def run(self) -> None:
         """Every GC_PERIOD_S: orphans, then garbage. Asking whether the metadata takes writes
@@ -355,8 +357,13 @@ class GarbageCollector:
         return len(due)
 
     async def compact(self) -> int:
-        """Pack the live blocks of mostly dead packs anew; one that fails is tried again when
-        more of its blocks die. Waits while writers are busy."""
+        """Pack the live blocks of mostly dead packs anew. Those packs are learnt as their
+        blocks die, and found again every SPARSE_RESCAN_S by a scan of the pack records (off
+        the event loop): after a restart, on a node that took the duties over, after a
+        compaction that failed. Waits while writers are busy."""
+        if trio.current_time() >= self._rescan_at:
+            self._rescan_at = trio.current_time() + SPARSE_RESCAN_S
+            self._sparse.update(await trio.to_thread.run_sync(self.meta.sparse_packs))
         moved = 0
         while self._sparse and not writers_active(self.tiers, self.files):
             pack_id = self._sparse.pop()

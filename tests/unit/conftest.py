@@ -25,6 +25,7 @@ from aifs.tiers.objstore import LocalObjectStore
 from aifs.tiers.ram import RamTier
 from aifs.vfs.filedata import FileData
 from aifs.vfs.openfile import OpenFile, OpenFiles
+from aifs.vfs.writeback import Uploader
 
 BS = 64 << 10
 SHARDS = 4
@@ -233,3 +234,12 @@ def files_factory(engines, tiers_factory):
 @pytest.fixture
 def files(files_factory) -> Files:
     return files_factory()
+
+
+async def run_until_uploaded(uploader: Uploader, block_ids: list[int], within: float = 10) -> None:
+    """Run the uploader until these blocks are durable and recorded so, or fail the test."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(uploader.run)
+        with trio.fail_after(within):
+            await uploader.wait_uploaded(block_ids)
+        nursery.cancel_scope.cancel()

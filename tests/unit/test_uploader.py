@@ -13,7 +13,7 @@ from aifs.vfs import writeback
 from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.writeback import Uploader
 
-from .conftest import BS, noise, open_writer, trio_test
+from .conftest import BS, noise, open_writer, run_until_uploaded, trio_test
 
 BLOCKS = 6
 CONCURRENCY = 4
@@ -136,14 +136,6 @@ async def test_a_slow_upload_holds_up_neither_the_others_nor_their_commits(files
             await uploader.wait_uploaded(block_ids)
         nursery.cancel_scope.cancel()
     assert all(files.tiers.cold.contains(b) for b in block_ids)
-
-
-async def run_until_uploaded(uploader: Uploader, block_ids: list[int], within: float = 10) -> None:
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(uploader.run)
-        with trio.fail_after(within):
-            await uploader.wait_uploaded(block_ids)
-        nursery.cancel_scope.cancel()
 
 
 @trio_test
