@@ -127,16 +127,21 @@ class BlockMapOps:
         return None if value is None else value[8:].decode() or "this node"
 
     @retried
-    def uploads_done(self, block_ids: list[int], packs: dict[int, list[PackMember]] | None = None) -> None:
+    def uploads_done(self, block_ids: list[int], packs: dict[int, list[PackMember]] | None = None) -> list[int]:
         """Clear the upload records of blocks now durable, and record the packs that hold
-        some of them (`packs`: pack id -> members), in one commit."""
+        some of them (`packs`: pack id -> members), in one commit. Returns the blocks whose
+        records stay: members of a pack this node may no longer record, to upload again."""
         txn = Txn(self.kv)
+        kept = set()
         for pack_id, members in (packs or {}).items():
-            self.record_pack(txn, pack_id, members)
+            if not self.record_pack(txn, pack_id, members):
+                kept.update(m.block_id for m in members)
         for block_id in block_ids:
-            txn.batch.delete(keys.upload(block_id))
-            txn.batch.delete(keys.rush(block_id))
+            if block_id not in kept:
+                txn.batch.delete(keys.upload(block_id))
+                txn.batch.delete(keys.rush(block_id))
         txn.commit()
+        return [b for b in block_ids if b in kept]
 
     def rush_upload(self, block_id: int) -> None:
         """Ask the node that staged `block_id` to upload it before its other queued blocks:

@@ -126,15 +126,45 @@ class PackOps:
         return [keys.read_u64(key, 1) for key, value in self.kv.scan(keys.PACK)
                 if (unfinished := PackRecord.decode(value).unfinished) and (not node or unfinished == node)]
 
-    def record_pack(self, txn: Txn, pack_id: int, members: list[PackMember]) -> None:
+    def unfinished_elsewhere(self) -> dict[int, str]:
+        """The packs other nodes are putting: pack id -> node id."""
+        mine = self.node or b"-"
+        return {keys.read_u64(key, 1): unfinished.decode() for key, value in self.kv.scan(keys.PACK)
+                if (unfinished := PackRecord.decode(value).unfinished) and unfinished != mine}
+
+    @retried
+    def abandon_elsewhere(self, packs: dict[int, str]) -> list[int]:
+        """Abandon packs that nodes now gone were putting (pack id -> node id), those still
+        unfinished by that node: one that came back and recorded its pack keeps it. Returns
+        the packs abandoned."""
+        txn = Txn(self.kv)
+        abandoned = [pack_id for pack_id, value in zip(packs, txn.multi_get([keys.pack(p) for p in packs]))
+                     if value is not None and PackRecord.decode(value).unfinished == packs[pack_id].encode()]
+        for pack_id in abandoned:
+            self._retire_pack(txn, pack_id)
+        txn.commit()
+        return abandoned
+
+    def record_pack(self, txn: Txn, pack_id: int, members: list[PackMember]) -> bool:
         """Within an upload commit: the pack and where each member lives. A member whose
         upload record and garbage record are both gone was already collected, so its
         bytes are dead from the start; a member retired but not collected yet is recorded,
-        and settled when it is collected."""
+        and settled when it is collected. False, recording nothing, when the pack is no longer
+        this node's to record (see _still_putting)."""
+        if not self._still_putting(txn, pack_id):
+            return False
         ids = [m.block_id for m in members]
         queued = txn.multi_get([keys.upload(b) for b in ids] + [keys.garbage(b) for b in ids])
         live = [u is not None or g is not None for u, g in zip(queued[:len(ids)], queued[len(ids):])]
         self._put_pack(txn, pack_id, members, live)
+        return True
+
+    def _still_putting(self, txn: Txn, pack_id: int) -> bool:
+        """Whether the pack is still recorded as being put by this node. The other nodes
+        abandon the packs of a node they take for dead (no heartbeat for the session timeout);
+        if it was only cut off and comes back, its object is garbage already."""
+        value = txn.get(keys.pack(pack_id))
+        return value is not None and PackRecord.decode(value).unfinished == (self.node or b"-")
 
     @retried
     def repack(self, pack_id: int, members: list[PackMember], vouchers: list[list[Voucher]]) -> list[PackMember]:
@@ -142,8 +172,11 @@ class PackOps:
         (`aifs pack`) or in a pack mostly dead (garbage collection). A member is moved in
         only while every key of its vouchers still holds the value it had when the pack was
         built (its block ref; its old place); its old copy is queued for deletion: an object
-        of its own after the grace period, or its bytes in the old pack. Returns the members moved."""
+        of its own after the grace period, or its bytes in the old pack. Returns the members
+        moved: none when the pack is no longer this node's to record."""
         txn = Txn(self.kv)
+        if not self._still_putting(txn, pack_id):
+            return []
         flat = [v for member_vouchers in vouchers for v in member_vouchers]
         found = iter(txn.multi_get([v.key for v in flat]))
         live = [all(next(found) == v.value for v in member_vouchers) for member_vouchers in vouchers]

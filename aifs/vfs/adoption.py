@@ -1,5 +1,6 @@
 """Uploads for nodes that are gone: the node that runs the volume's duties uploads the blocks
-other nodes staged and left behind, from their pinned copies on the flash servers.
+other nodes staged and left behind, from their pinned copies on the flash servers, and
+abandons the packs they were putting.
 
 A block closed under durability "cluster" is pinned on the flash servers before close()
 returns, so the writer's death strands nothing: its queue records (`U` keys naming its node)
@@ -47,6 +48,7 @@ class Adopter:
     async def adopt_orphans(self) -> None:
         """One pass over the queues of nodes that have no live session."""
         live = {info.node for info in self._cluster.session.members}
+        self._abandon_packs(live)
         orphans = {block_id: (expected, node) for block_id, (expected, node) in self._meta.pending_elsewhere().items()
                    if node not in live}
         done: list[int] = []
@@ -60,6 +62,15 @@ class Adopter:
             self.adopted_blocks += len(done)
             log.info("uploaded %d block(s) staged by nodes that are gone", len(done))
         self._report_stranded({b: node for b, (_, node) in orphans.items() if b not in done})
+
+    def _abandon_packs(self, live: set[str]) -> None:
+        """The packs that nodes now gone were putting are abandoned: their objects, if put at
+        all, go as garbage, while their blocks stay queued (and are adopted like any other)."""
+        gone = {pack_id: node for pack_id, node in self._meta.unfinished_elsewhere().items() if node not in live}
+        abandoned = self._meta.abandon_elsewhere(gone) if gone else []
+        if abandoned:
+            log.info("abandoned %d pack(s) that node(s) %s, which are gone, were putting", len(abandoned),
+                     ", ".join(sorted({gone[p] for p in abandoned})))
 
     async def _adopt_one(self, block_id: int, expected: int, done: list[int]) -> None:
         async with self._limit:

@@ -243,17 +243,27 @@ class Uploader:
         while True:
             await self._group_due()
             done, packs = self._uploaded[:], dict(self._packs)
-            if done and await self._commit_group(done, packs):
-                self.uploaded_blocks += len(done)
-                del self._uploaded[:len(done)]
-                for pack_id in packs:
-                    del self._packs[pack_id]
-                for block_id in done:
-                    self._queue.pop(block_id, None)
-                    self._urgent.discard(block_id)
-                self._planner.forget(done)
+            if done and (kept := await self._commit_group(done, packs)) is not None:
+                self._committed(done, packs, set(kept))
             self._progress.set()
             self._progress = trio.Event()
+
+    def _committed(self, done: list[int], packs: dict[int, list[PackMember]], kept: set[int]) -> None:
+        """A group is recorded: its blocks leave the queue, but for those `kept` queued by the
+        metadata (members of packs the other nodes abandoned), which go up again."""
+        finished = [b for b in done if b not in kept]
+        self.uploaded_blocks += len(finished)
+        del self._uploaded[:len(done)]
+        for pack_id in packs:
+            del self._packs[pack_id]
+        for block_id in finished:
+            self._queue.pop(block_id, None)
+            self._urgent.discard(block_id)
+        self._planner.forget(finished)
+        if kept:
+            log.warning("%d block(s) go up again: the other nodes took this one for dead while it put "
+                        "their pack, and abandoned it", len(kept))
+            self._wake.set()
 
     async def _group_due(self) -> None:
         """Until an upload finishes; after a failed commit, RETRY_S at most."""
@@ -261,22 +271,22 @@ class Uploader:
             await self._finished.wait()
         self._finished = trio.Event()
 
-    async def _commit_group(self, done: list[int], packs: dict[int, list[PackMember]]) -> bool:
-        """Make a group durable, clear its records and record its packs; False (the group
-        stays) when either fails. A refused metadata write is logged by the store, once;
-        other failures here."""
+    async def _commit_group(self, done: list[int], packs: dict[int, list[PackMember]]) -> list[int] | None:
+        """Make a group durable, clear its records and record its packs; returns the blocks
+        whose records stay, or None (the group stays) when either fails. A refused metadata
+        write is logged by the store, once; other failures here."""
         try:
             self.meta.check_writable()  # no flush for a commit the store would refuse
             await self.tiers.uploads_durable(done)
-            self.meta.uploads_done(done, packs)
+            kept = self.meta.uploads_done(done, packs)
         except (FsError, OSError) as e:
             if self._commit_failure is None and not isinstance(e, MetaWriteFailed):
                 log.warning("committing %d uploaded blocks failed: %s; retrying every %.0f s",
                             len(done), e, RETRY_S)
             self._commit_failure = e
-            return False
+            return None
         self._commit_failure = None
-        return True
+        return kept
 
 
 class GarbageCollector:

@@ -19,6 +19,7 @@ from aifs.meta import MetaEngine, keys
 from aifs.meta.attrs import BlockRef
 from aifs.meta.ids import IdAllocator
 from aifs.meta.kv import Batch
+from aifs.meta.packs import PackMember
 from aifs.meta.sessions import Session
 from aifs.meta.usage import INODES
 from tests.unit.conftest import BS, FAR_FUTURE, FILE, ROOT, entry, fs_error, mkdir, mkfile, names, never_open, nlink
@@ -300,6 +301,36 @@ def test_uploads_belong_to_the_node_that_staged_them(store, kv):
     assert (b.staged_on(x), a.staged_on(y)) == ("n1", "n2")
     a.uploads_done([x])
     assert b.staged_on(x) is None and not b.is_pending(x) and b.is_pending(y)
+    audit(store.client())
+
+
+def test_the_pack_of_a_node_taken_for_dead_is_abandoned_and_its_blocks_stay_queued(store, kv):
+    """Node n1 puts a pack; n2 takes n1 for dead and abandons it. When n1 comes back, its
+    commit records no pack and clears no upload record: its blocks go up again."""
+    a, b = MetaEngine(kv, BS, node=b"n1"), MetaEngine(store.client(), BS, node=b"n2")
+    f = mkfile(a, b"f")
+    x, y = a.block_ids.next(), a.block_ids.next()
+    a.commit_blocks(f, {0: BlockRef(x, 0, 10, 77), 1: BlockRef(y, 0, 10, 88)}, BS + 10)
+    pack = a.new_pack()
+    assert b.unfinished_elsewhere() == {pack: "n1"} and a.unfinished_elsewhere() == {}
+    assert b.abandon_elsewhere({pack: "n1"}) == [pack]
+    members = [PackMember(x, 0, 10, 77), PackMember(y, 10, 10, 88)]
+    assert a.uploads_done([x, y], {pack: members}) == [x, y]
+    assert a.pending_uploads() == {x: 77, y: 88}
+    assert a.pack_ids() == set() and a.slot_of(x) is None and pack in a.garbage_due(now_ns=FAR_FUTURE)
+    audit(store.client())
+
+
+def test_a_pack_recorded_before_the_others_abandon_it_is_kept(store, kv):
+    a, b = MetaEngine(kv, BS, node=b"n1"), MetaEngine(store.client(), BS, node=b"n2")
+    f = mkfile(a, b"f")
+    x = a.block_ids.next()
+    a.commit_blocks(f, {0: BlockRef(x, 0, 10, 77)}, 10)
+    pack = a.new_pack()
+    seen = b.unfinished_elsewhere()
+    assert a.uploads_done([x], {pack: [PackMember(x, 0, 10, 77)]}) == []
+    assert b.abandon_elsewhere(seen) == []
+    assert b.pack_ids() == {pack} and b.slot_of(x) is not None and not b.is_pending(x)
     audit(store.client())
 
 

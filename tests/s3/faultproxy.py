@@ -179,6 +179,12 @@ class FaultProxy:
         self._thread.start()
         return self
 
+    def change(self, faults: Faults) -> None:
+        """Inject these faults from now on, on the connections open already too."""
+        self.faults = faults
+        for connection in self._open:
+            connection.faults = faults
+
     def stop(self) -> None:
         try:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()

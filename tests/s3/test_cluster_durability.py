@@ -12,6 +12,9 @@ import pytest
 from flash.servers import ServerProcess, new_secret_file, start_all
 from helpers import pattern
 
+from aifs.meta import MetaEngine
+from aifs.meta.redis_kv import RedisKV
+
 from .faultproxy import FaultProxy, Faults
 from .helpers_cluster import make_cluster, mount_all, redis_server  # noqa: F401 - fixtures
 from .helpers_mount import file_state, make_s3_volume, poll_status, wait_for  # noqa: F401 - fixture
@@ -63,6 +66,33 @@ def test_a_checkpoint_closed_on_a_node_that_dies_is_read_and_uploaded_by_the_oth
     nodes[1].reload_from_s3()
     for name, data in files.items():
         assert (b / name).read_bytes() == data, f"{name} from S3 alone"
+
+
+def test_the_pack_a_node_was_putting_when_it_died_is_abandoned_and_its_files_uploaded_alone(
+        make_cluster, moto_server, redis_server, flash):
+    servers, remote = flash
+    nodes = make_cluster(2, remote=remote)
+    proxy = FaultProxy(moto_server.port, Faults()).start()
+    nodes[0].setup.endpoint = proxy.endpoint
+    nodes[0].write_config()
+    a, b = mount_all(nodes)
+    proxy.change(Faults(stall=1.0, stall_s=120))  # from now on S3 answers the writer nothing
+    files = {f"small/f{i:02d}": pattern(f"f{i}", 5000 + 100 * i) for i in range(20)}
+    (a / "small").mkdir()
+    for name, data in files.items():
+        (a / name).write_bytes(data)
+    meta = MetaEngine(RedisKV.connect(redis_server.url), MiB, node=b"test")
+    wait_for(lambda: meta.unfinished_elsewhere(), "the writer to start putting a pack", timeout=60, every=0.1)
+    nodes[0].kill9()
+    wait_for(lambda: all(file_state(b / name)["state"] == "uploaded" for name in files),
+             "the other node to upload what the writer left", timeout=90, every=0.2)
+    wait_for(lambda: not meta.unfinished_elsewhere(), "the other node to abandon the writer's pack", timeout=30)
+    for server in servers:
+        server.kill()
+    nodes[1].reload_from_s3()
+    for name, data in files.items():
+        assert (b / name).read_bytes() == data, f"{name} from S3 alone"
+    proxy.stop()
 
 
 def test_a_close_that_cannot_reach_the_flash_servers_fails_and_loses_nothing(make_cluster, flash):

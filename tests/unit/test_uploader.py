@@ -7,6 +7,7 @@ import pytest
 import trio
 
 from aifs.config.models import WritebackConfig
+from aifs.meta import MetaEngine
 from aifs.tiers.checksum import checksum
 from aifs.tiers.packed import PackedStore
 from aifs.vfs import writeback
@@ -176,3 +177,30 @@ async def test_a_pack_that_does_not_fill_waits_while_writers_are_busy(files, end
             await uploader.wait_uploaded([ref.block_id for ref in refs])
         nursery.cancel_scope.cancel()
     assert uploader.uploaded_packs == 1 and len(files.meta.pack_ids()) == 1
+
+
+@trio_test
+async def test_blocks_of_a_pack_the_other_nodes_abandoned_go_up_again(files):
+    """The other nodes took this one for dead while it put a pack, and abandoned the pack:
+    the commit records none of it, and its blocks go up again, in a pack of their own."""
+    sealed = [await files.write_sealed(f"f{i}".encode(), noise(1000 * (i + 1), i)) for i in range(3)]
+    refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
+    other_node = MetaEngine(files.meta.kv, BS, node=b"n2")
+    upload_pack = files.tiers.upload_pack
+    abandoned = []
+
+    async def upload_then_abandoned(pack_id, members):
+        placed = await upload_pack(pack_id, members)
+        if not abandoned:
+            abandoned.extend(other_node.abandon_elsewhere(other_node.unfinished_elsewhere()))
+        return placed
+
+    files.tiers.upload_pack = upload_then_abandoned
+    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=0))
+    uploader.enqueue(refs)
+    await run_until_uploaded(uploader, [ref.block_id for ref in refs])
+    (pack_id,) = files.meta.pack_ids()
+    assert abandoned and pack_id not in abandoned
+    assert files.meta.pending_uploads() == {} and uploader.uploaded_blocks == len(refs)
+    packed = PackedStore(files.tiers.cold, files.meta)
+    assert all(checksum(packed.get(ref.block_id)) == ref.checksum for ref in refs)
