@@ -1,14 +1,15 @@
 """The durable tier as the layers above see it once small blocks are packed.
 
-A packed block is read from its pack: a ranged GET of its bytes alone. A reader that goes through a pack in order (three
-members in a row, or the first member of a pack right after streaming the previous one)
-gets the rest of the pack in one request instead, and while it reads those bytes the
-next few packs (in upload order, which is the order the files were closed in) are
-fetched whole in the background. Fetched bytes wait here, within a budget, for the reads that
-follow. A pack that readers waiting for their bytes jump about in (a shuffle coming back to
-it) is fetched whole too, and its members are handed to the tiers above, which keep them on
-NVMe: a shuffled epoch costs a few requests per pack rather than one per file. Every byte is
-still checked against the block's own checksums by the tier manager.
+A packed block is read from its pack: a ranged GET of its bytes alone. A reader that goes
+through a pack in order (three members in a row, or the first member of a pack right after
+streaming the previous one) gets the rest of the pack in one request instead, and while it
+reads those bytes the next few packs (in upload order, which is the order the files were
+closed in) are fetched whole in the background. Fetched bytes wait here, within a budget,
+for the reads that follow. A pack that readers waiting for their bytes jump about in (a
+shuffle coming back to it) is fetched whole too, and its members are handed to the tiers
+above, which keep them on NVMe: a shuffled epoch costs a few requests per pack rather than
+one per file. Every byte is still checked against the block's own checksums by the tier
+manager.
 """
 
 import logging

@@ -261,8 +261,8 @@ class Uploader:
             self._urgent.discard(block_id)
         self._planner.forget(finished)
         if kept:
-            log.warning("%d block(s) go up again: the other nodes took this one for dead while it put "
-                        "their pack, and abandoned it", len(kept))
+            log.warning("%d block(s) go up again: the other nodes took this node for dead while it put "
+                        "the pack holding them, and abandoned that pack", len(kept))
             self._wake.set()
 
     async def _group_due(self) -> None:
