@@ -41,8 +41,8 @@ def epoch(root: Path, names: list[str]) -> dict[int, bytes]:
     return samples
 
 
-def s3_hits(volume) -> int:
-    return status(volume.path)["tiers"]["s3"]["hits"]
+def hits(volume, tier: str) -> int:
+    return status(volume.path)["tiers"][tier]["hits"]
 
 
 @pytest.mark.timeout_s(400)
@@ -64,7 +64,9 @@ def test_dataloader_cold_from_s3_then_warm_matches_local_files(make_s3_volume, m
 
     expected = epoch(local_dir, names)
     assert epoch(volume.path, names) == expected
-    cold = s3_hits(volume)
-    assert cold >= FILES, "the cold epoch really read every sample from S3"
+    cold = hits(volume, "s3")
+    # Every sample came from S3: read from there, or from NVMe once a shuffle coming back to its
+    # pack had the pack fetched whole and copied there (docs/packing.md).
+    assert cold > 0 and cold + hits(volume, "nvme") >= FILES, "the cold epoch read every sample from S3"
     assert epoch(volume.path, names) == expected
-    assert s3_hits(volume) == cold, "the warm epoch never went down to S3"
+    assert hits(volume, "s3") == cold, "the warm epoch never went down to S3"
