@@ -102,11 +102,16 @@ class PackOps:
                 return keys.read_u64(key, 1)
         return None
 
+    @property
+    def _putter(self) -> bytes:
+        """How this node names itself in the records of the packs it is putting."""
+        return self.node or b"-"
+
     def new_pack(self) -> int:
         """A pack id, recorded as unfinished by this node before its object is put."""
         pack_id = self.block_ids.next()
         batch = Batch()
-        batch.put(keys.pack(pack_id), PackRecord(0, [], 0, self.node or b"-").encode())
+        batch.put(keys.pack(pack_id), PackRecord(0, [], 0, self._putter).encode())
         self.kv.commit(batch)
         return pack_id
 
@@ -119,18 +124,18 @@ class PackOps:
             self._retire_pack(txn, pack_id)
         txn.commit()
 
-    def unfinished_packs(self, node: bytes | None = None) -> list[int]:
-        """Packs whose objects were being put when their node stopped: of `node` (by default
-        this one), or of any node with node=b""."""
-        node = (self.node or b"-") if node is None else node
-        return [keys.read_u64(key, 1) for key, value in self.kv.scan(keys.PACK)
-                if (unfinished := PackRecord.decode(value).unfinished) and (not node or unfinished == node)]
+    def unfinished_packs(self) -> list[int]:
+        """This node's packs whose objects were being put when it stopped."""
+        return [pack_id for pack_id, node in self._unfinished().items() if node == self._putter]
 
     def unfinished_elsewhere(self) -> dict[int, str]:
         """The packs other nodes are putting: pack id -> node id."""
-        mine = self.node or b"-"
-        return {keys.read_u64(key, 1): unfinished.decode() for key, value in self.kv.scan(keys.PACK)
-                if (unfinished := PackRecord.decode(value).unfinished) and unfinished != mine}
+        return {pack_id: node.decode() for pack_id, node in self._unfinished().items() if node != self._putter}
+
+    def _unfinished(self) -> dict[int, bytes]:
+        """Every pack being put, with the node putting it (one scan of the pack records)."""
+        return {keys.read_u64(key, 1): unfinished for key, value in self.kv.scan(keys.PACK)
+                if (unfinished := PackRecord.decode(value).unfinished)}
 
     @retried
     def abandon_elsewhere(self, packs: dict[int, str]) -> list[int]:
@@ -164,7 +169,7 @@ class PackOps:
         abandon the packs of a node they take for dead (no heartbeat for the session timeout);
         if it was only cut off and comes back, its object is garbage already."""
         value = txn.get(keys.pack(pack_id))
-        return value is not None and PackRecord.decode(value).unfinished == (self.node or b"-")
+        return value is not None and PackRecord.decode(value).unfinished == self._putter
 
     @retried
     def repack(self, pack_id: int, members: list[PackMember], vouchers: list[list[Voucher]]) -> list[PackMember]:

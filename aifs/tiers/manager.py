@@ -162,9 +162,9 @@ class TierManager:
         started = time.perf_counter()
         call = (tier.get, block_id) if span is None else (tier.get_range, block_id, *span)
         try:
-            if tier is self.cold and (held := self.cold.get_held(block_id, *(span or (0, None)))) is not None:
-                return held  # in the cold tier's memory (a pack fetched ahead): no thread hop
             if tier is self.cold:
+                if (held := self.cold.get_held(block_id, *(span or (0, None)))) is not None:
+                    return held  # in the cold tier's memory (a pack fetched ahead): no thread hop
                 call = (partial(call[0], demand=ticket.priority == Priority.DEMAND), *call[1:])
             if tier is self.remote or tier is self.peers:
                 return await self._remote_get(tier, ticket, call, span)

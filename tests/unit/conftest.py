@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from aifs.config.models import WritebackConfig
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
 from aifs.meta.attrs import BlockRef
@@ -220,6 +221,11 @@ class Files:
         await self.data.seal(of)
         return of
 
+    async def small_files(self, count: int) -> tuple[list[OpenFile], list[BlockRef]]:
+        """`count` sealed files f0, f1, ... of 1,000, 2,000, ... bytes, and their blocks in close order."""
+        sealed = [await self.write_sealed(f"f{i}".encode(), noise(1000 * (i + 1), i)) for i in range(count)]
+        return sealed, [ref for of in sealed for ref in self.meta.all_block_refs(of.ino).values()]
+
 
 @pytest.fixture
 def files_factory(engines, tiers_factory):
@@ -236,10 +242,14 @@ def files(files_factory) -> Files:
     return files_factory()
 
 
-async def run_until_uploaded(uploader: Uploader, block_ids: list[int], within: float = 10) -> None:
-    """Run the uploader until these blocks are durable and recorded so, or fail the test."""
+async def upload_packed(files: Files, refs: list[BlockRef]) -> Uploader:
+    """Upload these blocks, packed without waiting for more, until recorded (or fail the test);
+    the uploader."""
+    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=0))
+    uploader.enqueue(refs)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(uploader.run)
-        with trio.fail_after(within):
-            await uploader.wait_uploaded(block_ids)
+        with trio.fail_after(10):
+            await uploader.wait_uploaded([ref.block_id for ref in refs])
         nursery.cancel_scope.cancel()
+    return uploader

@@ -9,9 +9,9 @@ from aifs.tiers.checksum import checksum
 from aifs.tiers.packed import PackedStore
 from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.repack import Repacker
-from aifs.vfs.writeback import GarbageCollector, Uploader
+from aifs.vfs.writeback import GarbageCollector
 
-from .conftest import noise, open_writer, run_until_uploaded, trio_test
+from .conftest import open_writer, trio_test, upload_packed
 
 
 def collector(files, table: OpenFiles) -> GarbageCollector:
@@ -20,11 +20,8 @@ def collector(files, table: OpenFiles) -> GarbageCollector:
 
 @trio_test
 async def test_a_mostly_dead_pack_a_stopped_collector_left_is_packed_anew_by_the_next(files):
-    sealed = [await files.write_sealed(f"f{i}".encode(), noise(1000 * (i + 1), i)) for i in range(5)]
-    refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
-    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=0))
-    uploader.enqueue(refs)
-    await run_until_uploaded(uploader, [ref.block_id for ref in refs])
+    sealed, refs = await files.small_files(5)
+    await upload_packed(files, refs)
     (old_pack,) = files.meta.pack_ids()
     files.meta.garbage_grace_ns = 0
     for of in sealed[1:]:  # 14,000 of 15,000 bytes die

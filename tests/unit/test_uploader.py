@@ -14,7 +14,7 @@ from aifs.vfs import writeback
 from aifs.vfs.openfile import OpenFiles
 from aifs.vfs.writeback import Uploader
 
-from .conftest import BS, noise, open_writer, run_until_uploaded, trio_test
+from .conftest import BS, noise, open_writer, trio_test, upload_packed
 
 BLOCKS = 6
 CONCURRENCY = 4
@@ -141,11 +141,8 @@ async def test_a_slow_upload_holds_up_neither_the_others_nor_their_commits(files
 
 @trio_test
 async def test_small_blocks_of_several_files_go_up_as_one_pack_in_close_order(files):
-    sealed = [await files.write_sealed(f"f{i}".encode(), noise(1000 * (i + 1), i)) for i in range(5)]
-    refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
-    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=0))
-    uploader.enqueue(refs)
-    await run_until_uploaded(uploader, [ref.block_id for ref in refs])
+    _, refs = await files.small_files(5)
+    uploader = await upload_packed(files, refs)
     (pack_id,) = files.meta.pack_ids()
     assert [m.block_id for m in files.meta.pack_record(pack_id).members] == [ref.block_id for ref in refs]
     assert uploader.uploaded_packs == 1 and files.tiers.cold.contains(pack_id)
@@ -183,8 +180,7 @@ async def test_a_pack_that_does_not_fill_waits_while_writers_are_busy(files, end
 async def test_blocks_of_a_pack_the_other_nodes_abandoned_go_up_again(files):
     """The other nodes took this one for dead while it put a pack, and abandoned the pack:
     the commit records none of it, and its blocks go up again, in a pack of their own."""
-    sealed = [await files.write_sealed(f"f{i}".encode(), noise(1000 * (i + 1), i)) for i in range(3)]
-    refs = [ref for of in sealed for ref in files.meta.all_block_refs(of.ino).values()]
+    _, refs = await files.small_files(3)
     other_node = MetaEngine(files.meta.kv, BS, node=b"n2")
     upload_pack = files.tiers.upload_pack
     abandoned = []
@@ -196,9 +192,7 @@ async def test_blocks_of_a_pack_the_other_nodes_abandoned_go_up_again(files):
         return placed
 
     files.tiers.upload_pack = upload_then_abandoned
-    uploader = Uploader(files.meta, files.tiers, OpenFiles(), WritebackConfig(pack_wait=0))
-    uploader.enqueue(refs)
-    await run_until_uploaded(uploader, [ref.block_id for ref in refs])
+    uploader = await upload_packed(files, refs)
     (pack_id,) = files.meta.pack_ids()
     assert abandoned and pack_id not in abandoned
     assert files.meta.pending_uploads() == {} and uploader.uploaded_blocks == len(refs)
