@@ -22,9 +22,12 @@ from aifs.vfs.prefetch import Prefetcher
 MAX_DIRTY_PER_FILE = 64 << 20
 PROMOTE_HEAT = 2.5  # about three ranged reads of one block within minutes: fetch it whole
 # Small random reads that have touched this many of a file's blocks (a 32nd of them, and at
-# least 4) read the file broadly: every block they touch from then on is fetched whole.
+# least 4) read the file broadly: the whole file is fetched in the background (warmed), or
+# where it would take more than WARM_MAX_SHARE of NVMe, every block they touch from then on.
 BROAD_FRACTION = 1 / 32
 BROAD_MIN_BLOCKS = 4
+WARM_MAX_SHARE = 1 / 4
+WARM_BATCH = 256  # block references looked up at a time while warming
 
 
 class FileData:
@@ -110,7 +113,10 @@ class FileData:
         a block fetched ahead was not used yet, so its first read is no re-use either.
         """
         if of is not None and self._wants_range(of, ref, lo, hi):
-            return await self._read_range(ref, lo, hi, broadly=self._read_broadly(of, ref))
+            broadly = self._read_broadly(of, ref)
+            if broadly and not of.warming:
+                of.warming = self._warm(of)
+            return await self._read_range(ref, lo, hi, broadly=broadly and not of.warming)
         promote = of is None or of.last_block != ref.block_id
         if of is not None:
             if of.readahead is not None and of.readahead.first_read(ref.block_id):
@@ -135,10 +141,20 @@ class FileData:
         blocks = -(-of.size // self.bs)
         return len(of.ranged_blocks) >= max(BROAD_MIN_BLOCKS, blocks * BROAD_FRACTION)
 
+    def _warm(self, of: OpenFile) -> bool:
+        """Start fetching the whole file to NVMe, when NVMe has room enough for it to spare;
+        whether that started."""
+        if self.prefetch is None or of.size > self.tiers.capacity_of("nvme") * WARM_MAX_SHARE:
+            return False
+        blocks = -(-of.size // self.bs)
+        return self.prefetch.warm(
+            list(self.meta.block_refs(of.ino, range(start, min(start + WARM_BATCH, blocks))).values())
+            for start in range(0, blocks, WARM_BATCH))
+
     async def _read_range(self, ref: BlockRef, lo: int, hi: int, broadly: bool) -> bytes:
         """The range alone. Its whole block is fetched in the background, so that NVMe and
-        RAM come to hold it, once the file is being read `broadly` or the block itself was
-        read this way often enough (heat-driven promotion)."""
+        RAM come to hold it, once the file is being read `broadly` (and not warmed whole) or
+        the block itself was read this way often enough (heat-driven promotion)."""
         hi = min(hi, ref.length)
         if lo >= hi:
             return b""

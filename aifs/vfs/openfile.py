@@ -17,7 +17,8 @@ class OpenFile:
     pass reading one block in pieces counts as one use. `lock` orders writes,
     seals and truncates. `readahead` follows the access pattern (None: no readahead);
     `ranged` is the path's rule on small random reads (fetch chunks, or whole blocks), and
-    `ranged_blocks` the blocks they touched, which tells a sparse reader from a broad one.
+    `ranged_blocks` the blocks they touched, which tells a sparse reader from a broad one, and
+    `warming` says the whole file is being fetched for such a broad reader.
     `written` says a handle wrote to it since it was opened; `held`, that this node holds it
     open in a shared volume's engine (aifs.meta.sessions).
     """
@@ -33,6 +34,7 @@ class OpenFile:
         self.readahead: Readahead | None = None
         self.ranged = True  # small random reads may fetch chunks instead of whole blocks
         self.ranged_blocks: set[int] = set()  # blocks small random reads fetched chunks of
+        self.warming = False
         self.written = False
         self.held = False
         self.lock = trio.Lock()

@@ -5,10 +5,15 @@ tiers without promoting it; a demand read of the same block joins that fetch
 (single flight) instead of starting its own. When the bound is reached, the
 blocks left are not queued: the caller asks again on a later read, when the
 reader may have moved past some of them (a late prefetch is worth nothing).
+
+A file read broadly at random is warmed instead: every block it has that is not local yet is
+fetched, a few at a time, by one background task, since the reader will want all of them.
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import trio
 
 from aifs.errors import FsError
 from aifs.meta.attrs import BlockRef
@@ -18,6 +23,7 @@ from aifs.tiers.priority import Priority
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 8
+WARM_IN_FLIGHT = 6  # of MAX_IN_FLIGHT: readahead of sequential readers keeps the rest
 Spawn = Callable[..., bool]
 
 
@@ -41,11 +47,40 @@ class Prefetcher:
             if len(self.in_flight) >= self.max_in_flight or not self._spawn(self._one, ref):
                 self.deferred += 1
                 return started, seen
-            self.in_flight.add(ref.block_id)
-            self.blocks += 1
-            self.bytes += ref.length
+            self._started(ref)
             started.append(ref.block_id)
         return started, len(refs)
+
+    def warm(self, batches: Iterable[list[BlockRef]]) -> bool:
+        """Fetch every block of `batches` that neither RAM nor NVMe holds, WARM_IN_FLIGHT at a
+        time, in one background task; False when the volume is closing."""
+        return self._spawn(self._warm, batches)
+
+    async def _warm(self, batches: Iterable[list[BlockRef]]) -> None:
+        slots = trio.Semaphore(WARM_IN_FLIGHT)
+        async with trio.open_nursery() as nursery:
+            for batch in batches:
+                for ref in batch:
+                    await slots.acquire()
+                    if ref.block_id in self.in_flight or self._local(ref.block_id):
+                        slots.release()
+                        continue
+                    self._started(ref)
+                    nursery.start_soon(self._warm_one, ref, slots)
+
+    async def _warm_one(self, ref: BlockRef, slots: trio.Semaphore) -> None:
+        try:
+            await self._one(ref)
+        finally:
+            slots.release()
+
+    def _local(self, block_id: int) -> bool:
+        return self.tiers.holds("ram", block_id) or self.tiers.holds("nvme", block_id)
+
+    def _started(self, ref: BlockRef) -> None:
+        self.in_flight.add(ref.block_id)
+        self.blocks += 1
+        self.bytes += ref.length
 
     async def _one(self, ref: BlockRef) -> None:
         try:

@@ -1,7 +1,8 @@
 """Small random reads of a file held only in S3 fetch ranged GETs of the chunks they need, not
-whole blocks, while they stay within a few of its blocks; a block read that way a few times, and
-every block touched once the reads have spread over the file, is fetched whole in the background
-and then served locally; a path with `fetch = "block"` always fetches whole blocks."""
+whole blocks, while they stay within a few of its blocks; a block read that way a few times is
+fetched whole in the background and then served locally, and so is the whole file once the reads
+have spread over it (only the blocks touched from then on, where the file would take more than a
+quarter of NVMe); a path with `fetch = "block"` always fetches whole blocks."""
 
 import os
 
@@ -42,17 +43,38 @@ def test_sparse_random_pages_fetch_one_chunk_each(make_s3_volume, moto_server, b
     assert s3_read(volume) == (len(offsets), len(offsets) * CHUNK), "one chunk per read, never a block"
 
 
-def test_random_pages_spread_over_the_file_fetch_the_blocks_they_touch(make_s3_volume, moto_server, bucket):
-    volume, data = cold_file(make_s3_volume, moto_server, bucket, "broad.bin")
-    path = volume.path / "broad.bin"
-    jumps = [1, 7, 3, 9, 5, 11, 2, 8]  # the 4th distinct block makes the reader a broad one
+def broad_reads(path, data: bytes) -> list[int]:
+    """Reads a page of 8 distinct blocks, as a random reader does; the 4th makes it a broad one.
+    The blocks read, in order."""
+    jumps = [1, 7, 3, 9, 5, 11, 2, 8]
     offsets = [b * BLOCK + 3 * CHUNK + 100 for b in jumps]
     assert random_page_reads(path, offsets) == [data[o:o + PAGE] for o in offsets]
-    wait_for(lambda: s3_read(volume)[1] >= 5 * BLOCK, "the blocks touched from the 4th on to be fetched whole")
+    return jumps
+
+
+def assert_local_reads(volume, path, data: bytes, blocks: list[int]) -> None:
     before = s3_read(volume)
-    again = [b * BLOCK + 9 * CHUNK for b in jumps[3:]]
-    assert random_page_reads(path, again) == [data[o:o + PAGE] for o in again]
+    offsets = [b * BLOCK + 9 * CHUNK for b in blocks]
+    assert random_page_reads(path, offsets) == [data[o:o + PAGE] for o in offsets]
     assert s3_read(volume) == before, "blocks fetched whole are read locally"
+
+
+def test_random_pages_spread_over_the_file_fetch_all_of_it(make_s3_volume, moto_server, bucket):
+    volume, data = cold_file(make_s3_volume, moto_server, bucket, "broad.bin")
+    path = volume.path / "broad.bin"
+    broad_reads(path, data)
+    wait_for(lambda: s3_read(volume)[1] >= BLOCKS * BLOCK, "the whole file to be fetched")
+    wait_for(lambda: status(volume.path)["readahead"]["in_flight"] == 0, "the fetches to end")
+    assert_local_reads(volume, path, data, list(range(BLOCKS)))
+
+
+def test_a_file_too_big_to_warm_fetches_the_blocks_touched_once_reads_are_broad(make_s3_volume, moto_server, bucket):
+    volume, data = cold_file(make_s3_volume, moto_server, bucket, "broad.bin", nvme=f"{2 * BLOCKS * BLOCK >> 20}MiB")
+    path = volume.path / "broad.bin"
+    jumps = broad_reads(path, data)
+    wait_for(lambda: s3_read(volume)[1] >= 5 * BLOCK, "the blocks touched from the 4th on to be fetched whole")
+    assert_local_reads(volume, path, data, jumps[3:])
+    before = s3_read(volume)
     early = [b * BLOCK + 9 * CHUNK for b in jumps[:3]]
     assert random_page_reads(path, early) == [data[o:o + PAGE] for o in early]
     assert s3_read(volume)[0] > before[0], "blocks read before the reader was seen to be broad stay in S3"
