@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aifs.tiers.files import make_fanout, read_file, remove_file, sync_filesystem, write_file
-from aifs.tiers.protocol import PromotionSink, object_name
+from aifs.tiers.protocol import OneObjectPerBlock, object_name
 
 _OBJECT_NAME = re.compile(r"[0-9a-f]{16}")
 
 
-class LocalObjectStore:
+class LocalObjectStore(OneObjectPerBlock):
     name = "objstore"
     marker_missing = False  # no marker: a local directory is named only by its own volume's config
     used_is_exact = True  # it counts what its folders hold
@@ -71,13 +71,6 @@ class LocalObjectStore:
     def block_ids(self) -> list[int]:
         """Every object held, for fsck's search for unreferenced blocks."""
         return [int(entry.name, 16) for entry in self._objects()]
-
-    def get_held(self, block_id: int, offset: int, length: int | None) -> None:
-        """Nothing is held in memory here: every read asks the store."""
-        return None
-
-    def on_promoted(self, sink: PromotionSink) -> None:
-        """Nothing is fetched here beyond what is asked."""
 
     def block_sizes(self) -> dict[int, int]:
         return {int(entry.name, 16): entry.stat().st_size for entry in self._objects()}

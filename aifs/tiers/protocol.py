@@ -6,6 +6,17 @@ from typing import Any, Protocol
 PromotionSink = Callable[[list[tuple[int, bytes, int]]], None]
 
 
+class OneObjectPerBlock:
+    """What a cold tier storing each block as an object of its own says of held and promoted
+    blocks: it holds none in memory, and fetches nothing beyond what is asked."""
+
+    def get_held(self, block_id: int, offset: int, length: int | None) -> None:
+        return None
+
+    def on_promoted(self, sink: PromotionSink) -> None:
+        pass
+
+
 class Tier(Protocol):
     name: str
     capacity: int

@@ -23,7 +23,7 @@ from typing import TypeVar
 from botocore.exceptions import ClientError
 
 from aifs.config.models import S3Tier as S3Settings
-from aifs.tiers.protocol import PromotionSink, object_name
+from aifs.tiers.protocol import OneObjectPerBlock, object_name
 from aifs.tiers.s3_client import make_client
 from aifs.tiers.s3_marker import MARKER_NAME, MarkerMode, S3SetupError, VolumeMarker
 from aifs.tiers.s3_putter import PutProcess, PutterFailed
@@ -37,7 +37,7 @@ _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})  # HEAD answers carry no 
 DELETE_BATCH = 1000  # the most objects one DeleteObjects request may name
 
 
-class S3Tier:
+class S3Tier(OneObjectPerBlock):
     name = "s3"
     used_is_exact = False  # see used()
 
@@ -141,13 +141,6 @@ class S3Tier:
     def url(self, block_id: int | None = None) -> str:
         """Where an operator finds the tier, or one of its objects."""
         return f"s3://{self.bucket}/{self.prefix}" + ("" if block_id is None else object_name(block_id))
-
-    def get_held(self, block_id: int, offset: int, length: int | None) -> None:
-        """Nothing is held in memory here: every read asks the store."""
-        return None
-
-    def on_promoted(self, sink: PromotionSink) -> None:
-        """Nothing is fetched here beyond what is asked."""
 
     def block_sizes(self) -> dict[int, int]:
         """Every block object under the prefix with its size (one LIST request per 1,000), for fsck and gc."""
