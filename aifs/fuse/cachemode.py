@@ -37,15 +37,19 @@ class CacheMode:
 class CacheModes:
     """The mode of every open handle, by file handle number."""
 
-    _handles: dict[int, tuple[int, bool]] = field(default_factory=dict)  # fh: (inode, direct)
+    _handles: dict[int, tuple[int, bool, bool]] = field(default_factory=dict)  # fh: (inode, direct, writes)
     _direct: Counter[int] = field(default_factory=Counter)
     _cached: Counter[int] = field(default_factory=Counter)
+    _writers: Counter[int] = field(default_factory=Counter)
     _written_around: set[int] = field(default_factory=set)  # inodes whose cached pages may be stale
 
-    def open(self, fh: int, inode: int, wants_direct: bool) -> CacheMode:
-        """The mode of a new handle; `wants_direct`: it is write-only and the file's config allows it."""
+    def open(self, fh: int, inode: int, wants_direct: bool, writes: bool = False) -> CacheMode:
+        """The mode of a new handle; `wants_direct`: it is write-only and the file's config allows
+        it; `writes`: it may write."""
         direct = self._direct[inode] > 0 or (wants_direct and self._cached[inode] == 0)
-        self._handles[fh] = (inode, direct)
+        self._handles[fh] = (inode, direct, writes)
+        if writes:
+            self._writers[inode] += 1
         if direct:
             self._direct[inode] += 1
             self._written_around.add(inode)
@@ -56,12 +60,21 @@ class CacheModes:
         return CacheMode(direct_io=False, keep_cache=not stale)
 
     def release(self, fh: int) -> None:
-        inode, direct = self._handles.pop(fh)
-        counts = self._direct if direct else self._cached
-        counts[inode] -= 1
-        if not counts[inode]:
-            del counts[inode]
+        inode, direct, writes = self._handles.pop(fh)
+        _drop(self._direct if direct else self._cached, inode)
+        if writes:
+            _drop(self._writers, inode)
+
+    def unwritten(self, inode: int) -> bool:
+        """No open handle may write the file: nothing but the mount changes its pages."""
+        return inode not in self._writers
 
     def forget(self, inodes: list[int]) -> None:
         """The kernel dropped these inodes, and their cached pages with them."""
         self._written_around.difference_update(inodes)
+
+
+def _drop(counts: Counter[int], inode: int) -> None:
+    counts[inode] -= 1
+    if not counts[inode]:
+        del counts[inode]

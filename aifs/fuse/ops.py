@@ -15,6 +15,7 @@ from aifs.fuse.attrs import Timeouts, entry_attributes, negative_entry
 from aifs.fuse.cachemode import CacheModes
 from aifs.fuse.errors import translate_errors
 from aifs.fuse.listing import DirListing
+from aifs.fuse.pagestore import PageStore
 from aifs.fuse.replies import NAME_ENTRIES, entry_reply, open_reply, opendir_reply
 from aifs.metrics import instrument_operations
 from aifs.vfs.openfile import Handle
@@ -50,6 +51,8 @@ class AifsOperations(pyfuse3.Operations):
         self.listing_attributes = listing_attributes if NAME_ENTRIES else sys.maxsize
         self._files: dict[int, Handle] = {}
         self._modes = CacheModes()
+        self._pages = PageStore(self._modes)
+        volume.data.cache_pages = self._pages.store
         self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
         if volume.cluster is not None and not CLUSTER_LOCKS:
@@ -111,6 +114,7 @@ class AifsOperations(pyfuse3.Operations):
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         if fields.update_size:
+            await self._pages.settled(inode)
             await self.vol.set_size(inode, attr.st_size)
         changes = {}
         if fields.update_mode:
@@ -165,10 +169,10 @@ class AifsOperations(pyfuse3.Operations):
     def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
         fh = self._new_fh()
         write_only = flags & os.O_ACCMODE == os.O_WRONLY
+        writes = flags & os.O_ACCMODE != os.O_RDONLY
         wants_direct = write_only and self._may_write_directly(inode)
-        handle = self._files[fh] = self.vol.open(inode, for_reading=not write_only,
-                                                 for_writing=flags & os.O_ACCMODE != os.O_RDONLY)
-        mode = self._modes.open(fh, inode, wants_direct)
+        handle = self._files[fh] = self.vol.open(inode, for_reading=not write_only, for_writing=writes)
+        mode = self._modes.open(fh, inode, wants_direct, writes)
         quiet_close = flags & os.O_ACCMODE == os.O_RDONLY and not self.vol.locks.posix_held(inode)
         return open_reply(fh, direct_io=mode.direct_io, keep_cache=mode.keep_cache and not handle.stale_pages,
                           noflush=quiet_close)
@@ -186,6 +190,8 @@ class AifsOperations(pyfuse3.Operations):
         return self._open_handle(ino, flags), self._entry(ino)
 
     async def open(self, inode, flags, ctx):
+        if flags & os.O_ACCMODE != os.O_RDONLY:  # no page may be stored once it can be written
+            await self._pages.settled(inode)
         if flags & os.O_TRUNC:  # the kernel leaves O_TRUNC to us (atomic_o_trunc)
             await self.vol.set_size(inode, 0)
         return self._open_handle(inode, flags)
@@ -204,11 +210,11 @@ class AifsOperations(pyfuse3.Operations):
         await self.vol.fsync(self._files[fh])
 
     async def release(self, fh):
-        self._modes.release(fh)
         handle = self._files.pop(fh)
         try:
             await self.vol.release(handle)
         finally:
+            self._modes.release(fh)  # after the last writes are sealed: until then no page is stored
             self.vol.locks.closed(handle.file.ino, fh)
 
     # -- locks (on every node of a shared volume: aifs.vfs.locks) ------------

@@ -6,7 +6,8 @@ of the block refs, the size and the pending uploads (docs/architecture.md).
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
@@ -49,6 +50,8 @@ class FileData:
         self.heat = HeatMap()
         self.bs = meta.block_size
         self.buffers = BufferPool(self.bs)
+        # (inode, offset, bytes, file size): hands a warmed file's bytes to the kernel's page cache
+        self.cache_pages: Callable[[int, int, memoryview, int], Awaitable[None]] | None = None
 
     async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
         data = await self._elsewhere.read(
@@ -148,8 +151,17 @@ class FileData:
             return False
         blocks = -(-of.size // self.bs)
         return self.prefetch.warm(
-            list(self.meta.block_refs(of.ino, range(start, min(start + WARM_BATCH, blocks))).values())
-            for start in range(0, blocks, WARM_BATCH))
+            (self.meta.block_refs(of.ino, range(start, min(start + WARM_BATCH, blocks)))
+             for start in range(0, blocks, WARM_BATCH)),
+            None if self.cache_pages is None else partial(self._landed, of))
+
+    async def _landed(self, of: OpenFile, index: int, ref: BlockRef, data: bytes) -> None:
+        """Offer a warmed block to the page cache while a reader holds the file open and the
+        block is still the file's."""
+        length = min(ref.length, of.size - index * self.bs)
+        if of.handles and length > 0 and self.meta.block_refs(of.ino, [index]).get(index) == ref:
+            view = memoryview(data)[ref.offset:ref.offset + length]
+            await self.cache_pages(of.ino, index * self.bs, view, of.size)
 
     async def _read_range(self, ref: BlockRef, lo: int, hi: int, broadly: bool) -> bytes:
         """The range alone. Its whole block is fetched in the background, so that NVMe and

@@ -7,11 +7,13 @@ blocks left are not queued: the caller asks again on a later read, when the
 reader may have moved past some of them (a late prefetch is worth nothing).
 
 A file read broadly at random is warmed instead: every block it has that is not local yet is
-fetched, a few at a time, by one background task, since the reader will want all of them.
+fetched, a few at a time, by one background task, since the reader will want all of them;
+with `landed`, every block is read, local or not, and handed to it, and counts as in flight
+until `landed` returns.
 """
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 8
 WARM_IN_FLIGHT = 6  # of MAX_IN_FLIGHT: readahead of sequential readers keeps the rest
 Spawn = Callable[..., bool]
+Landed = Callable[[int, BlockRef, bytes], Awaitable[None]]  # (block index in the file, reference, bytes)
 
 
 class Prefetcher:
@@ -51,28 +54,40 @@ class Prefetcher:
             started.append(ref.block_id)
         return started, len(refs)
 
-    def warm(self, batches: Iterable[list[BlockRef]]) -> bool:
-        """Fetch every block of `batches` that neither RAM nor NVMe holds, WARM_IN_FLIGHT at a
-        time, in one background task; False when the volume is closing."""
-        return self._spawn(self._warm, batches)
+    def warm(self, batches: Iterable[dict[int, BlockRef]], landed: Landed | None = None) -> bool:
+        """Fetch every block of `batches` (by index in the file) that neither RAM nor NVMe holds,
+        WARM_IN_FLIGHT at a time, in one background task; False when the volume is closing."""
+        return self._spawn(self._warm, batches, landed)
 
-    async def _warm(self, batches: Iterable[list[BlockRef]]) -> None:
-        slots = trio.Semaphore(WARM_IN_FLIGHT)
+    async def _warm(self, batches: Iterable[dict[int, BlockRef]], landed: Landed | None) -> None:
+        # fetches and hand-overs each have their slots: a fetch need not wait for a hand-over
+        fetching, landing = trio.Semaphore(WARM_IN_FLIGHT), trio.Semaphore(WARM_IN_FLIGHT)
         async with trio.open_nursery() as nursery:
             for batch in batches:
-                for ref in batch:
-                    await slots.acquire()
-                    if ref.block_id in self.in_flight or self._local(ref.block_id):
-                        slots.release()
+                for index, ref in batch.items():
+                    await fetching.acquire()
+                    if ref.block_id in self.in_flight or (landed is None and self._local(ref.block_id)):
+                        fetching.release()
                         continue
                     self._started(ref)
-                    nursery.start_soon(self._warm_one, ref, slots)
+                    nursery.start_soon(self._warm_one, index, ref, fetching, landing, landed)
 
-    async def _warm_one(self, ref: BlockRef, slots: trio.Semaphore) -> None:
+    async def _warm_one(self, index: int, ref: BlockRef, fetching: trio.Semaphore, landing: trio.Semaphore,
+                        landed: Landed | None) -> None:
+        """Its fetch slot is given back once its bytes have a hand-over slot: hand-overs that
+        lag hold up fetches, so no more than twice WARM_IN_FLIGHT blocks wait in memory."""
+        fetch_slot = True
         try:
-            await self._one(ref)
+            data = await self._read(ref)
+            if data is not None and landed is not None:
+                async with landing:
+                    fetching.release()
+                    fetch_slot = False
+                    await landed(index, ref, data)
         finally:
-            slots.release()
+            if fetch_slot:
+                fetching.release()
+            self.in_flight.discard(ref.block_id)
 
     def _local(self, block_id: int) -> bool:
         return self.tiers.holds("ram", block_id) or self.tiers.holds("nvme", block_id)
@@ -84,11 +99,17 @@ class Prefetcher:
 
     async def _one(self, ref: BlockRef) -> None:
         try:
-            await self.tiers.read(ref.block_id, ref.checksum, ref.length, promote=False, priority=Priority.READAHEAD)
-        except FsError as e:  # the demand read will retry and report it
-            log.debug("readahead of block %016x failed: %s", ref.block_id, e)
+            await self._read(ref)
         finally:
             self.in_flight.discard(ref.block_id)
+
+    async def _read(self, ref: BlockRef) -> bytes | None:
+        try:
+            return await self.tiers.read(
+                ref.block_id, ref.checksum, ref.length, promote=False, priority=Priority.READAHEAD)
+        except FsError as e:  # the demand read will retry and report it
+            log.debug("readahead of block %016x failed: %s", ref.block_id, e)
+            return None
 
     def status(self) -> dict:
         return {"blocks": self.blocks, "bytes": self.bytes, "deferred": self.deferred,

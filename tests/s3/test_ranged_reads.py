@@ -17,9 +17,9 @@ BLOCKS = 12
 PAGE = 4096
 
 
-def cold_file(make_s3_volume, moto_server, bucket, name: str, **setup) -> tuple:
+def cold_file(make_s3_volume, endpoint: str, bucket, name: str, **setup) -> tuple:
     """A volume whose file `name` lives only in the bucket (NVMe wiped, fresh mount)."""
-    volume = make_s3_volume(moto_server.endpoint, bucket, **setup)
+    volume = make_s3_volume(endpoint, bucket, **setup)
     volume.mount()
     (volume.path / "block").mkdir()
     data = os.urandom(BLOCKS * BLOCK)
@@ -35,7 +35,7 @@ def s3_read(volume) -> tuple[int, int]:
 
 
 def test_sparse_random_pages_fetch_one_chunk_each(make_s3_volume, moto_server, bucket):
-    volume, data = cold_file(make_s3_volume, moto_server, bucket, "index.bin")
+    volume, data = cold_file(make_s3_volume, moto_server.endpoint, bucket, "index.bin")
     jumps = [1, 7, 3]  # never the same or the next block: a random reader, in few of the file's blocks
     offsets = [b * BLOCK + (b * 37 % (BLOCK // PAGE)) * PAGE for b in jumps]
     got = random_page_reads(volume.path / "index.bin", offsets)
@@ -60,7 +60,7 @@ def assert_local_reads(volume, path, data: bytes, blocks: list[int]) -> None:
 
 
 def test_random_pages_spread_over_the_file_fetch_all_of_it(make_s3_volume, moto_server, bucket):
-    volume, data = cold_file(make_s3_volume, moto_server, bucket, "broad.bin")
+    volume, data = cold_file(make_s3_volume, moto_server.endpoint, bucket, "broad.bin")
     path = volume.path / "broad.bin"
     broad_reads(path, data)
     wait_for(lambda: s3_read(volume)[1] >= BLOCKS * BLOCK, "the whole file to be fetched")
@@ -69,7 +69,7 @@ def test_random_pages_spread_over_the_file_fetch_all_of_it(make_s3_volume, moto_
 
 
 def test_a_file_too_big_to_warm_fetches_the_blocks_touched_once_reads_are_broad(make_s3_volume, moto_server, bucket):
-    volume, data = cold_file(make_s3_volume, moto_server, bucket, "broad.bin", nvme=f"{2 * BLOCKS * BLOCK >> 20}MiB")
+    volume, data = cold_file(make_s3_volume, moto_server.endpoint, bucket, "broad.bin", nvme=f"{2 * BLOCKS * BLOCK >> 20}MiB")
     path = volume.path / "broad.bin"
     jumps = broad_reads(path, data)
     wait_for(lambda: s3_read(volume)[1] >= 5 * BLOCK, "the blocks touched from the 4th on to be fetched whole")
@@ -81,7 +81,7 @@ def test_a_file_too_big_to_warm_fetches_the_blocks_touched_once_reads_are_broad(
 
 
 def test_a_block_read_often_is_fetched_whole_and_then_served_locally(make_s3_volume, moto_server, bucket):
-    volume, data = cold_file(make_s3_volume, moto_server, bucket, "hot.bin")
+    volume, data = cold_file(make_s3_volume, moto_server.endpoint, bucket, "hot.bin")
     path = volume.path / "hot.bin"
     hot = 5 * BLOCK
     # three chunks of one block, with jumps elsewhere between them (else the reads would be sequential)
@@ -96,7 +96,7 @@ def test_a_block_read_often_is_fetched_whole_and_then_served_locally(make_s3_vol
 
 
 def test_a_block_rule_fetches_whole_blocks(make_s3_volume, moto_server, bucket):
-    volume, data = cold_file(make_s3_volume, moto_server, bucket, "block/data.bin",
+    volume, data = cold_file(make_s3_volume, moto_server.endpoint, bucket, "block/data.bin",
                              rules=[{"path": "/block/**", "fetch": "block"}])
     offsets = [2 * BLOCK + 10 * PAGE, 7 * BLOCK + 3 * PAGE]
     assert random_page_reads(volume.path / "block/data.bin", offsets) == [data[o:o + PAGE] for o in offsets]

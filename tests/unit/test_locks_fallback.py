@@ -14,7 +14,7 @@ from aifs.fuse.attrs import Timeouts
 
 def warnings_at_mount(monkeypatch, caplog, pyfuse3_passes_locks: bool, shared: bool) -> list[str]:
     monkeypatch.setattr(ops, "CLUSTER_LOCKS", pyfuse3_passes_locks)
-    volume = SimpleNamespace(ns=None, cluster=object() if shared else None)
+    volume = SimpleNamespace(ns=None, cluster=object() if shared else None, data=SimpleNamespace())
     with caplog.at_level(logging.WARNING, logger=ops.__name__):
         ops.AifsOperations(volume, Timeouts(entry=1.0, attr=1.0), listing_attributes=1024)
     return [record.getMessage() for record in caplog.records if record.name == ops.__name__]

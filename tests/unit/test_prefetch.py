@@ -18,6 +18,7 @@ class CountingTiers:
         self.held = held
         self.read_ids: list[int] = []
         self.running = self.most_running = 0
+        self.read_done = lambda block_id: None
 
     def holds(self, tier: str, block_id: int) -> bool:
         return block_id in self.held
@@ -30,11 +31,13 @@ class CountingTiers:
         self.running -= 1
         self.read_ids.append(block_id)
         self.held.add(block_id)
+        self.read_done(block_id)
         return bytes(length)
 
 
-def refs(ids: range) -> list[BlockRef]:
-    return [BlockRef(block_id=i, offset=0, length=16, checksum=0) for i in ids]
+def refs(ids: range) -> dict[int, BlockRef]:
+    """References by block index: block i of the file is object i."""
+    return {i: BlockRef(block_id=i, offset=0, length=16, checksum=0) for i in ids}
 
 
 @trio_test
@@ -53,7 +56,44 @@ async def test_a_block_already_fetched_ahead_is_not_fetched_again_by_warming():
     tiers = CountingTiers(held=set())
     async with trio.open_nursery() as nursery:
         prefetch = Prefetcher(tiers, lambda fn, *args: nursery.start_soon(fn, *args) or True)
-        assert prefetch.fetch(refs(range(2))) == ([0, 1], 2)
+        assert prefetch.fetch(list(refs(range(2)).values())) == ([0, 1], 2)
         await trio.testing.wait_all_tasks_blocked()
         prefetch.warm([refs(range(4))])
     assert sorted(tiers.read_ids) == [0, 1, 2, 3]
+
+
+@trio_test
+async def test_warming_for_the_page_cache_hands_over_every_block_held_or_fetched():
+    tiers = CountingTiers(held={1})
+    landed = []
+    async with trio.open_nursery() as nursery:
+        prefetch = Prefetcher(tiers, lambda fn, *args: nursery.start_soon(fn, *args) or True)
+        async def land(index: int, ref: BlockRef, data: bytes) -> None:
+            assert ref.block_id in prefetch.in_flight
+            landed.append((index, ref.block_id, len(data)))
+
+        prefetch.warm([refs(range(3))], land)
+    assert sorted(landed) == [(0, 0, 16), (1, 1, 16), (2, 2, 16)]
+
+
+@trio_test
+async def test_slow_hand_overs_hold_up_fetches_so_few_blocks_wait_in_memory():
+    tiers = CountingTiers(held=set())
+    holding = most_holding = 0
+
+    async def land(index: int, ref: BlockRef, data: bytes) -> None:
+        nonlocal holding
+        await trio.sleep(0.05)  # ten times a fetch
+        holding -= 1
+
+    def read_done(block_id: int) -> None:
+        nonlocal holding, most_holding
+        holding += 1
+        most_holding = max(most_holding, holding)
+
+    tiers.read_done = read_done
+    async with trio.open_nursery() as nursery:
+        prefetch = Prefetcher(tiers, lambda fn, *args: nursery.start_soon(fn, *args) or True)
+        prefetch.warm([refs(range(40))], land)
+    assert len(tiers.read_ids) == 40 and holding == 0
+    assert most_holding == 2 * WARM_IN_FLIGHT
