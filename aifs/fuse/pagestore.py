@@ -27,14 +27,15 @@ class PageStore:
         self._storing: dict[int, tuple[int, trio.Event]] = {}  # inode: (stores running, all ended)
         self.largest_file = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE)
 
-    async def store(self, inode: int, offset: int, data: memoryview, file_size: int) -> None:
-        """Store `data`, the file's current bytes at `offset`, unless a handle may write the file."""
+    async def store(self, inode: int, offset: int, data: memoryview, file_size: int) -> bool:
+        """Store `data`, the file's current bytes at `offset`, unless a handle may write the file;
+        whether the kernel took it."""
         if file_size > self.largest_file or not self._modes.unwritten(inode):
-            return
+            return False
         count, ended = self._storing.get(inode, (0, trio.Event()))
         self._storing[inode] = (count + 1, ended)
         try:
-            await trio.to_thread.run_sync(_notify_store, inode, offset, data)
+            return await trio.to_thread.run_sync(_notify_store, inode, offset, data)
         finally:
             count, ended = self._storing.pop(inode)
             if count > 1:
@@ -48,8 +49,10 @@ class PageStore:
             await self._storing[inode][1].wait()
 
 
-def _notify_store(inode: int, offset: int, data: memoryview) -> None:
+def _notify_store(inode: int, offset: int, data: memoryview) -> bool:
     try:
         pyfuse3.notify_store(inode, offset, data)
+        return True
     except OSError as e:  # the kernel forgot the inode, or the mount is going: reads will ask
         log.debug("storing %d bytes of inode %d in the page cache failed: %s", len(data), inode, e)
+        return False

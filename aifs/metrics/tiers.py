@@ -89,6 +89,10 @@ class VolumeCollector:
         yield CounterMetricFamily("aifs_readahead_blocks", "Blocks fetched ahead of readers", value=ahead["blocks"])
         yield CounterMetricFamily("aifs_readahead_deferred", "Readahead put off: too many in flight",
                                   value=ahead["deferred"])
+        yield CounterMetricFamily("aifs_warmed_files", "Files fetched whole for readers reading them broadly",
+                                  value=ahead["warmed_files"])
+        yield CounterMetricFamily("aifs_page_cache_blocks", "Blocks of warmed files handed to the kernel's page cache",
+                                  value=ahead["page_cache_blocks"])
         yield from self._sample_order()
 
     def _sample_order(self):

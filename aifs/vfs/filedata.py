@@ -50,8 +50,9 @@ class FileData:
         self.heat = HeatMap()
         self.bs = meta.block_size
         self.buffers = BufferPool(self.bs)
-        # (inode, offset, bytes, file size): hands a warmed file's bytes to the kernel's page cache
-        self.cache_pages: Callable[[int, int, memoryview, int], Awaitable[None]] | None = None
+        # set by the FUSE layer: (inode, offset, bytes, file size) -> whether the kernel's page
+        # cache took those bytes of a warmed file
+        self.cache_pages: Callable[[int, int, memoryview, int], Awaitable[bool]] | None = None
 
     async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
         data = await self._elsewhere.read(
@@ -155,13 +156,14 @@ class FileData:
              for start in range(0, blocks, WARM_BATCH)),
             None if self.cache_pages is None else partial(self._landed, of))
 
-    async def _landed(self, of: OpenFile, index: int, ref: BlockRef, data: bytes) -> None:
+    async def _landed(self, of: OpenFile, index: int, ref: BlockRef, data: bytes) -> bool:
         """Offer a warmed block to the page cache while a reader holds the file open and the
-        block is still the file's."""
+        block is still the file's; whether the page cache took it."""
         length = min(ref.length, of.size - index * self.bs)
-        if of.handles and length > 0 and self.meta.block_refs(of.ino, [index]).get(index) == ref:
-            view = memoryview(data)[ref.offset:ref.offset + length]
-            await self.cache_pages(of.ino, index * self.bs, view, of.size)
+        if not of.handles or length <= 0 or self.meta.block_refs(of.ino, [index]).get(index) != ref:
+            return False
+        view = memoryview(data)[ref.offset:ref.offset + length]
+        return await self.cache_pages(of.ino, index * self.bs, view, of.size)
 
     async def _read_range(self, ref: BlockRef, lo: int, hi: int, broadly: bool) -> bytes:
         """The range alone. Its whole block is fetched in the background, so that NVMe and

@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 8
 WARM_IN_FLIGHT = 6  # of MAX_IN_FLIGHT: readahead of sequential readers keeps the rest
 Spawn = Callable[..., bool]
-Landed = Callable[[int, BlockRef, bytes], Awaitable[None]]  # (block index in the file, reference, bytes)
+# (block index in the file, reference, bytes) -> whether the block was taken (into the page cache)
+Landed = Callable[[int, BlockRef, bytes], Awaitable[bool]]
 
 
 class Prefetcher:
@@ -39,6 +40,8 @@ class Prefetcher:
         self.blocks = 0
         self.bytes = 0
         self.deferred = 0
+        self.warmed_files = 0
+        self.landed = 0  # blocks of warmed files that `landed` took
 
     def fetch(self, refs: list[BlockRef]) -> tuple[list[int], int]:
         """Start fetching blocks not in RAM yet, in order, until the bound is reached: the
@@ -57,7 +60,10 @@ class Prefetcher:
     def warm(self, batches: Iterable[dict[int, BlockRef]], landed: Landed | None = None) -> bool:
         """Fetch every block of `batches` (by index in the file) that neither RAM nor NVMe holds,
         WARM_IN_FLIGHT at a time, in one background task; False when the volume is closing."""
-        return self._spawn(self._warm, batches, landed)
+        if not self._spawn(self._warm, batches, landed):
+            return False
+        self.warmed_files += 1
+        return True
 
     async def _warm(self, batches: Iterable[dict[int, BlockRef]], landed: Landed | None) -> None:
         # fetches and hand-overs each have their slots: a fetch need not wait for a hand-over
@@ -83,7 +89,8 @@ class Prefetcher:
                 async with landing:
                     fetching.release()
                     fetch_slot = False
-                    await landed(index, ref, data)
+                    took = await landed(index, ref, data)
+                    self.landed += took
         finally:
             if fetch_slot:
                 fetching.release()
@@ -113,4 +120,5 @@ class Prefetcher:
 
     def status(self) -> dict:
         return {"blocks": self.blocks, "bytes": self.bytes, "deferred": self.deferred,
-                "in_flight": len(self.in_flight)}
+                "in_flight": len(self.in_flight), "warmed_files": self.warmed_files,
+                "page_cache_blocks": self.landed}

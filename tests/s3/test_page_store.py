@@ -47,6 +47,8 @@ def test_a_warmed_file_is_read_from_the_page_cache(make_s3_volume, moto_server, 
         before = tier_hits(volume)
         assert [os.pread(fd, PAGE, o) for o in offsets] == [data[o:o + PAGE] for o in offsets]
         assert tier_hits(volume) == before, "every block's pages were in the page cache"
+        ahead = status(volume.path)["readahead"]
+        assert (ahead["warmed_files"], ahead["page_cache_blocks"]) == (1, BLOCKS)
     finally:
         os.close(fd)
 

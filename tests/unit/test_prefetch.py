@@ -68,12 +68,14 @@ async def test_warming_for_the_page_cache_hands_over_every_block_held_or_fetched
     landed = []
     async with trio.open_nursery() as nursery:
         prefetch = Prefetcher(tiers, lambda fn, *args: nursery.start_soon(fn, *args) or True)
-        async def land(index: int, ref: BlockRef, data: bytes) -> None:
+        async def land(index: int, ref: BlockRef, data: bytes) -> bool:
             assert ref.block_id in prefetch.in_flight
             landed.append((index, ref.block_id, len(data)))
+            return index != 2  # the page cache turned the last one down
 
         prefetch.warm([refs(range(3))], land)
     assert sorted(landed) == [(0, 0, 16), (1, 1, 16), (2, 2, 16)]
+    assert prefetch.status() | {"warmed_files": 1, "page_cache_blocks": 2} == prefetch.status()
 
 
 @trio_test
@@ -81,10 +83,11 @@ async def test_slow_hand_overs_hold_up_fetches_so_few_blocks_wait_in_memory():
     tiers = CountingTiers(held=set())
     holding = most_holding = 0
 
-    async def land(index: int, ref: BlockRef, data: bytes) -> None:
+    async def land(index: int, ref: BlockRef, data: bytes) -> bool:
         nonlocal holding
         await trio.sleep(0.05)  # ten times a fetch
         holding -= 1
+        return True
 
     def read_done(block_id: int) -> None:
         nonlocal holding, most_holding
