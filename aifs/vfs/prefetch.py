@@ -25,7 +25,7 @@ from aifs.tiers.priority import Priority
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 8
-WARM_IN_FLIGHT = 6  # of MAX_IN_FLIGHT: readahead of sequential readers keeps the rest
+WARM_IN_FLIGHT = 6  # fetches of one warming at a time, and as many blocks being handed over
 Spawn = Callable[..., bool]
 # (block index in the file, reference, bytes) -> whether the block was taken (into the page cache)
 Landed = Callable[[int, BlockRef, bytes], Awaitable[bool]]
@@ -66,7 +66,7 @@ class Prefetcher:
         return True
 
     async def _warm(self, batches: Iterable[dict[int, BlockRef]], landed: Landed | None) -> None:
-        # fetches and hand-overs each have their slots: a fetch need not wait for a hand-over
+        # fetches and hand-overs each have their slots: the next fetch starts while a block is handed over
         fetching, landing = trio.Semaphore(WARM_IN_FLIGHT), trio.Semaphore(WARM_IN_FLIGHT)
         async with trio.open_nursery() as nursery:
             for batch in batches:
