@@ -52,7 +52,7 @@ class AifsOperations(pyfuse3.Operations):
         self._files: dict[int, Handle] = {}
         self._modes = CacheModes()
         self._pages = PageStore(self._modes)
-        volume.data.cache_pages = self._pages.store
+        volume.data.page_cache = self._pages
         self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
         if volume.cluster is not None and not CLUSTER_LOCKS:
@@ -169,11 +169,11 @@ class AifsOperations(pyfuse3.Operations):
     def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
         fh = self._new_fh()
         write_only = flags & os.O_ACCMODE == os.O_WRONLY
-        writes = flags & os.O_ACCMODE != os.O_RDONLY
+        writes = _may_write(flags)
         wants_direct = write_only and self._may_write_directly(inode)
         handle = self._files[fh] = self.vol.open(inode, for_reading=not write_only, for_writing=writes)
         mode = self._modes.open(fh, inode, wants_direct, writes)
-        quiet_close = flags & os.O_ACCMODE == os.O_RDONLY and not self.vol.locks.posix_held(inode)
+        quiet_close = not writes and not self.vol.locks.posix_held(inode)
         return open_reply(fh, direct_io=mode.direct_io, keep_cache=mode.keep_cache and not handle.stale_pages,
                           noflush=quiet_close)
 
@@ -190,7 +190,7 @@ class AifsOperations(pyfuse3.Operations):
         return self._open_handle(ino, flags), self._entry(ino)
 
     async def open(self, inode, flags, ctx):
-        if flags & os.O_ACCMODE != os.O_RDONLY:  # no page may be stored once it can be written
+        if _may_write(flags):  # no page may be stored once it can be written
             await self._pages.settled(inode)
         if flags & os.O_TRUNC:  # the kernel leaves O_TRUNC to us (atomic_o_trunc)
             await self.vol.set_size(inode, 0)
@@ -249,3 +249,7 @@ class AifsOperations(pyfuse3.Operations):
 
     async def fsyncdir(self, fh, datasync):
         await self.vol.sync_all()
+
+
+def _may_write(flags: int) -> bool:
+    return flags & os.O_ACCMODE != os.O_RDONLY

@@ -25,12 +25,13 @@ class PageStore:
     def __init__(self, modes: CacheModes) -> None:
         self._modes = modes
         self._storing: dict[int, tuple[int, trio.Event]] = {}  # inode: (stores running, all ended)
-        self.largest_file = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE)
+        self.largest_file = int(  # the volume's file data offers only files up to this size
+            os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE)
 
-    async def store(self, inode: int, offset: int, data: memoryview, file_size: int) -> bool:
+    async def store(self, inode: int, offset: int, data: memoryview) -> bool:
         """Store `data`, the file's current bytes at `offset`, unless a handle may write the file;
         whether the kernel took it."""
-        if file_size > self.largest_file or not self._modes.unwritten(inode):
+        if not self._modes.unwritten(inode):
             return False
         count, ended = self._storing.get(inode, (0, trio.Event()))
         self._storing[inode] = (count + 1, ended)

@@ -91,6 +91,7 @@ class VolumeCollector:
                                   value=ahead["deferred"])
         yield CounterMetricFamily("aifs_warmed_files", "Files fetched whole for readers reading them broadly",
                                   value=ahead["warmed_files"])
+        yield GaugeMetricFamily("aifs_warming_files", "Files being fetched whole now", value=ahead["warming_files"])
         yield CounterMetricFamily("aifs_page_cache_blocks", "Blocks of warmed files handed to the kernel's page cache",
                                   value=ahead["page_cache_blocks"])
         yield from self._sample_order()

@@ -6,8 +6,9 @@ of the block refs, the size and the pending uploads (docs/architecture.md).
 """
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from aifs.errors import FsError
 from aifs.meta import MetaEngine
@@ -31,6 +32,15 @@ WARM_MAX_SHARE = 1 / 4
 WARM_BATCH = 256  # block references looked up at a time while warming
 
 
+class PageCache(Protocol):
+    """The kernel's page cache, as the FUSE layer offers it for the blocks of warmed files."""
+
+    largest_file: int  # bytes: the pages of larger files are left to reads
+
+    async def store(self, inode: int, offset: int, data: memoryview) -> bool:
+        """Hand over the file's current bytes at `offset`; whether the page cache took them."""
+
+
 class FileData:
     def __init__(
         self, meta: MetaEngine, tiers: TierManager, committed: Callable[[int, list[BlockRef]], None],
@@ -50,9 +60,7 @@ class FileData:
         self.heat = HeatMap()
         self.bs = meta.block_size
         self.buffers = BufferPool(self.bs)
-        # set by the FUSE layer: (inode, offset, bytes, file size) -> whether the kernel's page
-        # cache took those bytes of a warmed file
-        self.cache_pages: Callable[[int, int, memoryview, int], Awaitable[bool]] | None = None
+        self.page_cache: PageCache | None = None  # set by the FUSE layer
 
     async def _object(self, ref: BlockRef, promote: bool = True) -> memoryview:
         data = await self._elsewhere.read(
@@ -146,15 +154,16 @@ class FileData:
         return len(of.ranged_blocks) >= max(BROAD_MIN_BLOCKS, blocks * BROAD_FRACTION)
 
     def _warm(self, of: OpenFile) -> bool:
-        """Start fetching the whole file to NVMe, when NVMe has room enough for it to spare;
-        whether that started."""
+        """Start fetching the whole file to NVMe, when NVMe has room enough for it to spare,
+        and into the page cache when that would take a file of its size; whether that started."""
         if self.prefetch is None or of.size > self.tiers.capacity_of("nvme") * WARM_MAX_SHARE:
             return False
         blocks = -(-of.size // self.bs)
+        to_pages = self.page_cache is not None and of.size <= self.page_cache.largest_file
         return self.prefetch.warm(
             (self.meta.block_refs(of.ino, range(start, min(start + WARM_BATCH, blocks)))
              for start in range(0, blocks, WARM_BATCH)),
-            None if self.cache_pages is None else partial(self._landed, of))
+            partial(self._landed, of) if to_pages else None)
 
     async def _landed(self, of: OpenFile, index: int, ref: BlockRef, data: bytes) -> bool:
         """Offer a warmed block to the page cache while a reader holds the file open and the
@@ -163,7 +172,7 @@ class FileData:
         if not of.handles or length <= 0 or self.meta.block_refs(of.ino, [index]).get(index) != ref:
             return False
         view = memoryview(data)[ref.offset:ref.offset + length]
-        return await self.cache_pages(of.ino, index * self.bs, view, of.size)
+        return await self.page_cache.store(of.ino, index * self.bs, view)
 
     async def _read_range(self, ref: BlockRef, lo: int, hi: int, broadly: bool) -> bytes:
         """The range alone. Its whole block is fetched in the background, so that NVMe and

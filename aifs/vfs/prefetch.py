@@ -8,8 +8,8 @@ reader may have moved past some of them (a late prefetch is worth nothing).
 
 A file read broadly at random is warmed instead: every block it has that is not local yet is
 fetched, a few at a time, by one background task, since the reader will want all of them;
-with `landed`, every block is read, local or not, and handed to it, and counts as in flight
-until `landed` returns.
+with `landed`, every block is read, local or not, and handed to it. A warmed block is in
+flight while it is fetched, not while it is handed over: the bound is on fetches.
 """
 
 import logging
@@ -25,7 +25,7 @@ from aifs.tiers.priority import Priority
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 8
-WARM_IN_FLIGHT = 6  # fetches of one warming at a time, and as many blocks being handed over
+WARM_IN_FLIGHT = 6  # fetches of one warming at a time (of MAX_IN_FLIGHT), and as many hand-overs
 Spawn = Callable[..., bool]
 # (block index in the file, reference, bytes) -> whether the block was taken (into the page cache)
 Landed = Callable[[int, BlockRef, bytes], Awaitable[bool]]
@@ -41,6 +41,7 @@ class Prefetcher:
         self.bytes = 0
         self.deferred = 0
         self.warmed_files = 0
+        self.warming = 0  # files whose warming has not ended yet
         self.landed = 0  # blocks of warmed files that `landed` took
 
     def fetch(self, refs: list[BlockRef]) -> tuple[list[int], int]:
@@ -68,15 +69,19 @@ class Prefetcher:
     async def _warm(self, batches: Iterable[dict[int, BlockRef]], landed: Landed | None) -> None:
         # fetches and hand-overs each have their slots: the next fetch starts while a block is handed over
         fetching, landing = trio.Semaphore(WARM_IN_FLIGHT), trio.Semaphore(WARM_IN_FLIGHT)
-        async with trio.open_nursery() as nursery:
-            for batch in batches:
-                for index, ref in batch.items():
-                    await fetching.acquire()
-                    if ref.block_id in self.in_flight or (landed is None and self._local(ref.block_id)):
-                        fetching.release()
-                        continue
-                    self._started(ref)
-                    nursery.start_soon(self._warm_one, index, ref, fetching, landing, landed)
+        self.warming += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                for batch in batches:
+                    for index, ref in batch.items():
+                        await fetching.acquire()
+                        if ref.block_id in self.in_flight or (landed is None and self._local(ref.block_id)):
+                            fetching.release()
+                            continue
+                        self._started(ref)
+                        nursery.start_soon(self._warm_one, index, ref, fetching, landing, landed)
+        finally:
+            self.warming -= 1
 
     async def _warm_one(self, index: int, ref: BlockRef, fetching: trio.Semaphore, landing: trio.Semaphore,
                         landed: Landed | None) -> None:
@@ -85,11 +90,12 @@ class Prefetcher:
         fetch_slot = True
         try:
             data = await self._read(ref)
+            self.in_flight.discard(ref.block_id)
             if data is not None and landed is not None:
                 async with landing:
                     fetching.release()
                     fetch_slot = False
-                    took = await landed(index, ref, data)
+                    took = await landed(index, ref, data)  # read self.landed only after the await
                     self.landed += took
         finally:
             if fetch_slot:
@@ -121,4 +127,4 @@ class Prefetcher:
     def status(self) -> dict:
         return {"blocks": self.blocks, "bytes": self.bytes, "deferred": self.deferred,
                 "in_flight": len(self.in_flight), "warmed_files": self.warmed_files,
-                "page_cache_blocks": self.landed}
+                "warming_files": self.warming, "page_cache_blocks": self.landed}

@@ -32,9 +32,8 @@ def read_broadly(fd: int, data: bytes) -> None:
 
 
 def warming_ended(volume) -> Callable[[], bool]:
-    """Every block fetched, and handed to the page cache or not (a warmed block is in flight
-    until then)."""
-    return lambda: s3_read(volume)[1] >= BLOCKS * BLOCK and status(volume.path)["readahead"]["in_flight"] == 0
+    """Every block fetched, and handed to the page cache or not."""
+    return lambda: s3_read(volume)[1] >= BLOCKS * BLOCK and status(volume.path)["readahead"]["warming_files"] == 0
 
 
 def test_a_warmed_file_is_read_from_the_page_cache(make_s3_volume, moto_server, bucket):
