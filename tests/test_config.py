@@ -288,6 +288,10 @@ BAD_INPUTS = {
         "[fuse]\nread_ahead_kb = 65537\n",
         ["fuse.read_ahead_kb = 65537: must be less than or equal to 65536"],
     ),
+    "answer board too small": (
+        '[fuse]\nbypass_answers = "64KiB"\n',
+        ["fuse.bypass_answers = '64KiB': use 0 (no shared answers) or a size from 1MiB to 16GiB"],
+    ),
     "unknown log level": (
         '[logging]\nlevel = "verbose"\n',
         ["logging.level = 'verbose': must be 'debug', 'info', 'warning' or 'error'"],

@@ -14,29 +14,22 @@ the mount's own, so no reader can make another's stale answers look current. A s
 all answers must go (the engine's notices of other nodes' changes were lost for a while).
 """
 
-import fcntl
-import mmap
 import os
 import threading
 from collections.abc import Iterable
 
+from aifs.bypass.memfd import read_only_view, sealed_memfd
 from aifs.meta.cached_kv import cacheable
 
 BUCKETS = 1 << 20  # 8 MiB of counters: two keys of one stamp share a counter about once in 10^5 stamps
 HEADER = 2  # the sequence (moved by every change, under the lock) and `everything`
 EVERYTHING = 1
-F_SEAL_FUTURE_WRITE = 0x10  # linux/fcntl.h; Python's fcntl names the other seals only
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
 Stamp = list[int]  # [everything, slot, value, slot, value, ...]
 
 
 class ChangeTable:
     def __init__(self) -> None:
-        self.fd = os.memfd_create("aifs-changes", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        os.ftruncate(self.fd, (HEADER + BUCKETS) * 8)
-        os.posix_fallocate(self.fd, 0, (HEADER + BUCKETS) * 8)  # no page of it is ever missing
-        self._map = mmap.mmap(self.fd, (HEADER + BUCKETS) * 8)
-        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, SEALS)
+        self.fd, self._map = sealed_memfd("aifs-changes", (HEADER + BUCKETS) * 8, allocate=True)
         self._counters = memoryview(self._map).cast("Q")
         self._lock = threading.Lock()
 
@@ -90,10 +83,7 @@ class ChangeView:
 
     def __init__(self, fd: int) -> None:
         """Takes over `fd`."""
-        try:
-            self._map = mmap.mmap(fd, (HEADER + BUCKETS) * 8, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
+        self._map = read_only_view(fd)
         self._counters = memoryview(self._map).cast("Q")
 
     def holds(self, stamp: Stamp) -> bool:

@@ -7,12 +7,13 @@ Request: {"v": VERSION, "id": int, "paths": [bytes, ...], "forget": [segment, ..
     server sends them again when a later answer needs them.
 
 Reply: {"v": VERSION, "id": int, "block_size": int, "files": [answer, ...], "segments": [segment, ...],
-        "changes": bool}
+        "changes": bool, "board": bool}
     One answer per path, in order; "id" is the request's, so that a reader never takes another
     request's answers for its own (two processes writing to one inherited connection). The descriptors of the segment files named in "segments"
     arrive with the reply's first bytes (SCM_RIGHTS), in that order; only a root reader gets any.
     The first reply of a connection says "changes": its first descriptor, before the segments,
-    is the mount's change table (aifs.bypass.changes), for anyone.
+    is the mount's change table (aifs.bypass.changes), for anyone; when it also says "board", the
+    next is the answer board (aifs.bypass.board), for root readers only.
     A request the server cannot take gets {"v": VERSION, "error": str}, and the connection closes.
 
 Answers:
@@ -29,7 +30,7 @@ Block: bytes [offset, offset + length) of an object whose xxh3-64 is "checksum",
     checksum: a segment may have changed since the answer (records are dropped, numbers reused).
 """
 
-VERSION = 2
+VERSION = 3
 XATTR = b"user.aifs.bypass"  # on the mount's root: the data socket's path
 MAX_PATHS = 256  # per request
 MAX_PATH_BYTES = 4096

@@ -13,6 +13,7 @@ from pathlib import Path
 import trio
 
 from aifs.bypass.address import Listening
+from aifs.bypass.board import AnswerBoard
 from aifs.bypass.caller import Caller
 from aifs.bypass.changes import ChangeTable
 from aifs.bypass.protocol import MAX_REQUEST_BYTES
@@ -33,22 +34,27 @@ class BypassServer:
         """Serve until cancelled; then the socket's file goes (before the volume lock does)."""
         sock = trio.socket.from_stdlib_socket(self._listening.sock)
         changes = ChangeTable()
+        size = self.vol.config.fuse.bypass_answers
+        board = AnswerBoard(size) if size else None
         self.vol.meta.kv.listen(changes.changed)
         task_status.started()
         try:
             async with trio.open_nursery() as nursery:
                 while True:
                     conn, _ = await sock.accept()
-                    nursery.start_soon(self._serve_one, conn, changes)
+                    nursery.start_soon(self._serve_one, conn, changes, board)
         finally:
             self._listening.close()
             self.vol.meta.kv.forget(changes.changed)
             changes.close()
+            if board is not None:
+                board.close()
 
-    async def _serve_one(self, conn: trio.socket.SocketType, changes: ChangeTable) -> None:
+    async def _serve_one(self, conn: trio.socket.SocketType, changes: ChangeTable, board: AnswerBoard | None) -> None:
         with conn:
             try:
-                session = Session(self.vol, Caller.of(conn), self.mountpoint, changes)
+                caller = Caller.of(conn)
+                session = Session(self.vol, caller, self.mountpoint, changes, board if caller.is_root else None)
                 await self._converse(conn, session)
             except OSError as e:
                 log.debug("a reader of the data socket went away: %s", e)

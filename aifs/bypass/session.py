@@ -9,6 +9,7 @@ from typing import Annotated
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aifs.bypass.board import AnswerBoard
 from aifs.bypass.caller import Caller
 from aifs.bypass.changes import ChangeTable
 from aifs.bypass.protocol import MAX_PATH_BYTES, MAX_PATHS, VERSION
@@ -43,11 +44,14 @@ def parse(body: bytes) -> Request:
 
 
 class Session:
-    def __init__(self, volume: Volume, caller: Caller, mountpoint: Path, changes: ChangeTable) -> None:
+    def __init__(self, volume: Volume, caller: Caller, mountpoint: Path, changes: ChangeTable,
+                 board: AnswerBoard | None) -> None:
+        """`board`: where this caller's answers that may be kept are posted for its kind (root)."""
         self.vol = volume
         self.caller = caller
         self.segments = Segments()
         self.changes = changes
+        self.board = board
         self._changes_sent = False
         self._refusal = self._refusal_for(mountpoint)
 
@@ -66,8 +70,8 @@ class Session:
         them through `self.segments.sent()` once sent); raises ProtocolError for a bad request."""
         request = parse(body)
         self.segments.held.difference_update(request.forget)
-        if not self._changes_sent:  # the first reply hands over the change table
-            self.segments.fds.append(os.dup(self.changes.fd))
+        if not self._changes_sent:  # the first reply hands over the change table, and the board
+            self.segments.fds += [os.dup(shared.fd) for shared in (self.changes, self.board) if shared is not None]
         reply = Reply(self.vol, self.segments, self.caller.is_root)
         files = []
         for start in range(0, len(request.paths), FAIR_SHARE):
@@ -78,7 +82,8 @@ class Session:
             files += [self._answer(path, resolver, reply, since) for path in request.paths[start:start + FAIR_SHARE]]
         await reply.fill()
         message = {"v": VERSION, "id": request.id, "block_size": self.vol.meta.block_size, "files": files,
-                   "segments": self.segments.new, "changes": not self._changes_sent}
+                   "segments": self.segments.new, "changes": not self._changes_sent,
+                   "board": not self._changes_sent and self.board is not None}
         self._changes_sent = True
         return encode(message), self.segments.fds
 
@@ -95,6 +100,8 @@ class Session:
         except Fallback as e:
             return {"fallback": str(e)}
         self._stamp(answer, ino, node, read, since)
+        if "stamp" in answer and self.board is not None:
+            self.board.post(path, answer, self.vol.meta.block_size)
         return answer
 
     def _stamp(self, answer: dict, ino: int, node: Inode, read: list[bytes], since: int) -> None:

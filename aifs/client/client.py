@@ -42,6 +42,7 @@ class ReadCounts:
 
     bypass: int = 0  # files read from data socket answers
     remembered: int = 0  # of those, files read by an answer kept from an earlier request
+    shared: int = 0  # of those, first read by an answer another reader asked for (the mount's board)
     mount: int = 0  # files read through the mount
     retried: int = 0  # files asked for again after bytes failed their checksum
 
@@ -136,11 +137,13 @@ class Client:
         conn = self._connections.get(mountpoint)
         if conn is None or conn.answers is None:
             return None
-        data = conn.answers.read(relative, conn.segments)
-        if data is not None:
-            self.counts.bypass += 1
-            self.counts.remembered += 1
-        return data
+        found = conn.answers.read(relative, conn.segments)
+        if found is None:
+            return None
+        self.counts.bypass += 1
+        self.counts.remembered += 1
+        self.counts.shared += found[1]
+        return found[0]
 
     def _drop_dead_connections(self) -> None:
         """Connections to mounts that have stopped go, with the answers they kept."""

@@ -5,6 +5,7 @@ import os
 import select
 import socket
 
+from aifs.bypass.board import BoardView
 from aifs.bypass.changes import ChangeView
 from aifs.bypass.protocol import MAX_FDS, VERSION
 from aifs.client.answers import Answers
@@ -49,16 +50,17 @@ class Connection:
             if reply["id"] != request_id:
                 raise ProtocolError("a reply to another request arrived (a connection shared by two processes?)")
             numbers = reply["segments"]
-            table = 1 if reply["changes"] else 0
-            if len(numbers) + table != len(fds) or (table and self.answers is not None):
-                raise ProtocolError(f"a reply names {len(numbers)} segments{' and the change table' * table} "
+            shared = int(reply["changes"]) + int(reply["board"])  # the board comes only with the table
+            well_formed = len(numbers) + shared == len(fds) and (reply["changes"] or not reply["board"])
+            if not well_formed or (shared and self.answers is not None):
+                raise ProtocolError(f"a reply names {len(numbers)} segments and {shared} shared tables "
                                     f"but carries {len(fds)} descriptors")
         except BaseException:
             _close_all(fds)
             raise
-        if table:
-            self.answers = Answers(ChangeView(fds[0]))
-        self.segments.received(numbers, fds[table:])
+        if shared:
+            self.answers = Answers(ChangeView(fds[0]), BoardView(fds[1]) if shared == 2 else None)
+        self.segments.received(numbers, fds[shared:])
         return reply
 
     def alive(self) -> bool:

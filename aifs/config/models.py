@@ -441,6 +441,13 @@ def _bypass_socket(value: str) -> str:
     return value
 
 
+def _answer_board(value: int) -> int:
+    """0, or a board large enough for its slots and a ring of records (aifs.bypass.board)."""
+    if value and not MiB <= value <= 16 * GiB:
+        raise PydanticCustomError("bypass_answers", "use 0 (no shared answers) or a size from 1MiB to 16GiB")
+    return value
+
+
 class FuseConfig(_Table):
     model_config = ConfigDict(allow_inf_nan=False)
 
@@ -452,6 +459,7 @@ class FuseConfig(_Table):
     read_ahead_kb: int = Field(1024, ge=0, le=65536, strict=True)
     direct_writes: bool = Field(True, strict=True)
     bypass_socket: Annotated[str, AfterValidator(_bypass_socket)] = "auto"  # aifs.bypass: reads without FUSE
+    bypass_answers: Annotated[Size, AfterValidator(_answer_board)] = 64 * MiB  # shared by root readers
 
 
 def holds_two_blocks(pack_size: int, pack_below: int | None) -> bool:

@@ -117,3 +117,21 @@ def through_mount(paths: list[Path | str]) -> list[bytes | str]:
         except OSError as e:
             found.append(type(e).__name__)
     return found
+
+
+def shared_memory_held() -> dict[int, str]:
+    """The memfds this process holds descriptors of: their names by descriptor."""
+    held = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith("/memfd:"):
+            held[int(fd)] = target.removeprefix("/memfd:").removesuffix(" (deleted)")
+    return held
+
+
+def shared_memory_since(before: dict[int, str]) -> list[str]:
+    """The names of the memfds this process came to hold since `before`, sorted."""
+    return sorted(name for fd, name in shared_memory_held().items() if before.get(fd) != name)

@@ -16,7 +16,7 @@ import pytest
 import aifs.client
 from aifs.client import Client, Dataset
 
-from .conftest import BLOCK, NOBODY, KiB, as_user, in_children, through_mount
+from .conftest import BLOCK, NOBODY, KiB, as_user, in_children, shared_memory_held, shared_memory_since, through_mount
 
 READERS = 8
 BATCH = 16
@@ -120,20 +120,23 @@ def test_eight_forked_readers_get_the_mounts_bytes_for_every_kind_of_file(tree, 
 
 
 def _read_as_nobody(paths: list[Path]) -> tuple:
+    before = shared_memory_held()
     client = Client()
     found = [data if isinstance(data, bytes) else type(data).__name__
              for data in client.read_many(paths, errors="return")]
-    return found, through_mount(paths), client.counts.bypass, client.open_segments
+    return found, through_mount(paths), client.counts.bypass, client.open_segments, shared_memory_since(before)
 
 
 def test_an_unprivileged_reader_gets_bytes_inline_and_the_mounts_permission_errors(tree):
     readable = [tree.root / "small/d1/s001", tree.root / "big/blocks", tree.root / "odd/sparse"]
     denied = [tree.root / "private/secret", tree.root / "closed/inside"]
-    found, mount, bypass, segments = as_user(NOBODY, _read_as_nobody, readable + denied)
+    Client().read_many(readable)  # root's answers go on the board
+    found, mount, bypass, segments, shared = as_user(NOBODY, _read_as_nobody, readable + denied)
     assert found == mount
     assert found[len(readable):] == ["PermissionError", "PermissionError"]
     assert found[:len(readable)] == [path.read_bytes() for path in readable]
     assert (bypass, segments) == (len(readable), 0)  # served, and never a segment's descriptor
+    assert shared == ["aifs-changes"]  # nor the board, whose answers name root's files and records
 
 
 def test_errors_are_those_of_the_mount(tree):

@@ -13,7 +13,7 @@ import pytest
 
 from aifs.client import Client
 
-from .conftest import BLOCK, through_mount
+from .conftest import BLOCK, shared_memory_held, shared_memory_since, through_mount
 
 FILES = 40
 
@@ -43,6 +43,35 @@ def test_a_second_epoch_is_read_without_asking_the_mount(dataset):
     second = client.read_many(dataset)
     assert client.counts.remembered == FILES
     assert first == second == through_mount(dataset)
+
+
+def test_readers_use_the_answers_any_root_reader_asked_for(dataset):
+    expected = through_mount(dataset)  # first, as a read through the mount changes access times
+    before = shared_memory_held()
+    asking, sharing = Client(), Client()  # two connections, as two DataLoader workers have
+    assert asking.read_many(dataset) == expected
+    assert sharing.read(dataset[0]) == expected[0]  # connects: the board, a segment
+    assert sharing.read_many(dataset[1:]) == expected[1:]
+    counts = sharing.counts
+    assert counts.shared == counts.remembered and counts.shared >= (FILES - 1) // 2, counts
+    assert shared_memory_since(before) == ["aifs-answers", "aifs-answers", "aifs-changes", "aifs-changes"]
+    dataset[3].write_bytes(b"replaced")  # the board's answer for it no longer holds
+    assert sharing.read(dataset[3]) == b"replaced"
+    assert sharing.counts.remembered == counts.remembered
+    assert asking.read_many(dataset) == sharing.read_many(dataset) == through_mount(dataset)
+
+
+def test_without_a_board_each_reader_keeps_its_own_answers(new_volume):
+    volume = new_volume("bypass_answers = 0")
+    volume.mount()
+    path = volume.path / "own"
+    path.write_bytes(b"z" * 100)
+    path.read_bytes()
+    before = shared_memory_held()
+    asking, other = Client(), Client()
+    assert asking.read(path) == asking.read(path) == other.read(path) == b"z" * 100
+    assert (asking.counts.remembered, other.counts.remembered) == (1, 0)
+    assert shared_memory_since(before) == ["aifs-changes", "aifs-changes"]
 
 
 def _mutations(paths: list[Path], rng: random.Random) -> list:

@@ -1,0 +1,83 @@
+"""The answer board: a reader finds the newest answer posted for a path, or nothing; never the
+answer of another path, one overwritten as the ring wrapped, or bytes changed under it."""
+
+import errno
+import mmap
+import os
+
+import pytest
+
+from aifs.bypass.board import AnswerBoard, BoardView
+from aifs.config.models import MiB
+
+
+def answer(n: int) -> dict:
+    return {"size": n, "blocks": [{"index": 0, "segment": 3, "at": n * 10, "object": n, "checksum": n}],
+            "stamp": [0, 7, n]}
+
+
+@pytest.fixture
+def board():
+    made = AnswerBoard(1 * MiB)
+    view = BoardView(os.dup(made.fd))
+    yield made, view
+    view.close()
+    made.close()
+
+
+def test_the_newest_answer_posted_for_a_path_is_found(board):
+    made, view = board
+    assert view.look(b"a/b") is None
+    made.post(b"a/b", answer(1), 65536)
+    made.post(b"a/b", answer(2), 65536)
+    assert view.look(b"a/b") == (answer(2), 65536)
+    assert view.look(b"a/c") is None
+
+
+def test_a_path_whose_slot_another_path_took_has_no_answer(board):
+    made, view = board
+    slot = made.layout.slot(b"first")
+    other = next(p for i in range(1_000_000) if made.layout.slot(p := b"p%d" % i) == slot)
+    made.post(b"first", answer(1), 65536)
+    made.post(other, answer(2), 65536)
+    assert view.look(b"first") is None
+    assert view.look(other) == (answer(2), 65536)
+
+
+def test_answers_overwritten_as_the_ring_wraps_are_gone_and_the_rest_right(board):
+    made, view = board
+    paths = [b"dir/%06d" % i for i in range(made.layout.ring // 60 * 3)]  # three times round the ring
+    for i, path in enumerate(paths):
+        made.post(path, answer(i), 65536)
+    found = {path: view.look(path) for path in paths}
+    assert all(found[path] in (None, (answer(i), 65536)) for i, path in enumerate(paths))
+    assert found[paths[-1]] is not None and found[paths[0]] is None
+
+
+def test_a_record_whose_bytes_changed_under_the_reader_is_no_answer(board):
+    made, view = board
+    made.post(b"a", answer(1), 65536)
+    at = made.layout.ring_at + (made._slots[made.layout.slot(b"a")] >> 24)
+    made._map[at + 20] ^= 0xFF
+    assert view.look(b"a") is None
+
+
+def test_an_answer_too_large_for_the_ring_is_not_posted():
+    made = AnswerBoard(1 * MiB)
+    huge = {"blocks": [b"x" * made.layout.ring]}
+    made.post(b"big", huge, 65536)
+    assert made.posted == 0
+    made.close()
+
+
+def test_readers_cannot_write_the_board(board):
+    made, view = board
+    with pytest.raises(TypeError):
+        view._map[0] = 1
+    fd = os.dup(made.fd)
+    try:
+        with pytest.raises(PermissionError) as caught:
+            mmap.mmap(fd, made.layout.size)  # shared and writable
+        assert caught.value.errno == errno.EPERM
+    finally:
+        os.close(fd)
