@@ -54,7 +54,6 @@ class AnswerBoard:
         self.fd, self._map = sealed_memfd("aifs-answers", size, allocate=False)
         self._slots = memoryview(self._map)[:self.layout.ring_at].cast("Q")
         self._end = 0  # where in the ring the next record goes
-        self.posted = 0
 
     def post(self, path: bytes, answer: dict, block_size: int) -> None:
         record = msgpack.packb([path, answer, block_size])
@@ -67,7 +66,6 @@ class AnswerBoard:
         self._map[at:at + len(body)] = body
         self._slots[self.layout.slot(path)] = self._end << LENGTH_BITS | len(body)
         self._end += len(body)
-        self.posted += 1
 
     def close(self) -> None:
         self._slots.release()
