@@ -59,12 +59,12 @@ class _Server(ThreadingHTTPServer):
         self.upstream = urlsplit(upstream)
         self.counted = counted
 
-    def add(self, method: str, nbytes: int) -> None:
+    def add(self, method: str, requests: int, nbytes: int) -> None:
         with self.counted.get_lock():
             if method == "GET":
                 self.counted[0] += nbytes
             if method in COUNTED:
-                self.counted[1 + COUNTED.index(method)] += 1
+                self.counted[1 + COUNTED.index(method)] += requests
 
     def connect(self) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self.upstream.scheme == "https" else http.client.HTTPConnection
@@ -105,7 +105,8 @@ class _Relay(BaseHTTPRequestHandler):
         except (OSError, http.client.HTTPException) as error:
             self.send_error(502, f"the S3 endpoint behind the counting proxy failed: {error}")
             return
-        self.server.add(self.command, self._answer(response))
+        self.server.add(self.command, 1, 0)
+        self._answer(response)
 
     def _request_body(self) -> bytes | None:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -134,8 +135,9 @@ class _Relay(BaseHTTPRequestHandler):
             self._upstream = None
             return self._ask(body, headers)
 
-    def _answer(self, response: http.client.HTTPResponse) -> int:
-        """Relay the answer with a Content-Length of its own; the body bytes sent."""
+    def _answer(self, response: http.client.HTTPResponse) -> None:
+        """Relay the answer with a Content-Length of its own. Its request and bytes are counted
+        before they are sent: a client that has the whole answer sees them counted."""
         length = response.getheader("Content-Length")
         whole = response.read() if length is None else None  # an answer of unknown length: small, kept whole
         self.send_response_only(response.status, response.reason)
@@ -145,18 +147,19 @@ class _Relay(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(whole)) if whole is not None else length)
         self.end_headers()
         if whole is not None:
-            self.wfile.write(whole)
-            return len(whole)
-        return self._copy(response)
+            self._send(whole)
+        else:
+            self._copy(response)
 
-    def _copy(self, response: http.client.HTTPResponse) -> int:
+    def _copy(self, response: http.client.HTTPResponse) -> None:
         buffer = bytearray(PIECE)
         view = memoryview(buffer)
-        sent = 0
         while n := response.readinto(buffer):
-            self.wfile.write(view[:n])
-            sent += n
-        return sent
+            self._send(view[:n])
+
+    def _send(self, body: bytes | memoryview) -> None:
+        self.server.add(self.command, 0, len(body))
+        self.wfile.write(body)
 
 
 def _serve(upstream: str, counted: SynchronizedArray, ready: Connection) -> None:

@@ -16,7 +16,8 @@ all answers must go (the engine's notices of other nodes' changes were lost for 
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 
 from aifs.bypass.memfd import read_only_view, sealed_memfd
 from aifs.meta.cached_kv import cacheable
@@ -86,15 +87,12 @@ class ChangeView:
         self._map = read_only_view(fd)
         self._counters = memoryview(self._map).cast("Q")
 
-    def holds(self, stamp: Stamp) -> bool:
-        """Whether nothing an answer with this stamp was built from has changed since."""
-        counters = self._counters
-        if counters[EVERYTHING] != stamp[0]:
-            return False
-        for i in range(1, len(stamp), 2):
-            if counters[stamp[i]] != stamp[i + 1]:
-                return False
-        return True
+    def watch(self, stamp: Sequence[int]) -> Callable[[], bool]:
+        """Whether nothing an answer with this stamp was built from has changed since, as a
+        check made once and run on every read of the answer (the counters fetched in one call)."""
+        counters, values = self._counters, (stamp[0], *stamp[2::2])
+        fetch = itemgetter(EVERYTHING, *stamp[1::2])
+        return lambda: fetch(counters) == values
 
     def close(self) -> None:
         self._counters.release()

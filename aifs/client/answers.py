@@ -9,56 +9,79 @@ so a segment record dropped or reused since is noticed: the answer is forgotten 
 asked again.
 """
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 from aifs.bypass.board import BoardView
 from aifs.bypass.changes import ChangeView
-from aifs.client.assemble import Mismatch, assemble
+from aifs.client.assemble import Block, Mismatch, assemble
 from aifs.client.segments import SegmentFiles
 
 MAX_KEPT = 200_000  # answers per connection; the oldest go first
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    size: int
+    block_size: int
+    blocks: tuple[Block, ...]
+    holds: Callable[[], bool]  # whether its stamp still holds
 
 
 class Answers:
     def __init__(self, view: ChangeView, board: BoardView | None) -> None:
         self.view = view
         self.board = board
-        self._kept: dict[bytes, tuple[dict, int]] = {}
+        self._kept: dict[bytes, Kept] = {}
 
-    def keep(self, relative: bytes, answer: dict, block_size: int) -> None:
-        if "stamp" in answer:
-            self._kept.pop(relative, None)
-            self._hold(relative, (answer, block_size))
+    def keep(self, relative: bytes, size: int, block_size: int, blocks: tuple[Block, ...],
+             stamp: Sequence[int]) -> None:
+        self._kept.pop(relative, None)
+        self._hold(relative, Kept(size, block_size, blocks, self.view.watch(stamp)))
 
-    def _hold(self, relative: bytes, kept: tuple[dict, int]) -> None:
+    def _hold(self, relative: bytes, kept: Kept) -> None:
         self._kept[relative] = kept
         if len(self._kept) > MAX_KEPT:
-            del self._kept[next(iter(self._kept))]  # the least recently read
+            del self._kept[next(iter(self._kept))]
 
     def read(self, relative: bytes, segments: SegmentFiles) -> tuple[bytes, bool] | None:
         """The file's bytes by a kept answer that still holds, and whether it was another reader's
         (from the board); None when the mount must be asked."""
-        kept = self._kept.pop(relative, None)
+        kept = self._kept.get(relative)
         posted = kept is None
         if posted:
             kept = self._posted(relative, segments)
             if kept is None:
                 return None
-        answer, block_size = kept
-        if not self.view.holds(answer["stamp"]):
+        data = self._bytes(kept, segments)
+        if data is None:
+            self._kept.pop(relative, None)
             return None
-        try:
-            data = assemble(answer, block_size, segments)
-        except Mismatch:  # the segment was closed here, or its record changed: ask again
-            return None
-        self._hold(relative, kept)
+        if posted:
+            self._hold(relative, kept)
         return data, posted
 
-    def _posted(self, relative: bytes, segments: SegmentFiles) -> tuple[dict, int] | None:
+    @staticmethod
+    def _bytes(kept: Kept, segments: SegmentFiles) -> bytes | None:
+        """None when the answer no longer holds, or its bytes do not match (the segment was
+        closed here, or its record changed)."""
+        if not kept.holds():
+            return None
+        try:
+            return assemble(kept.size, kept.block_size, kept.blocks, segments)
+        except Mismatch:
+            return None
+
+    def _posted(self, relative: bytes, segments: SegmentFiles) -> Kept | None:
         """An answer on the board whose segments this reader holds (the mount hands over the
         others with its next answer that needs them)."""
         found = self.board.look(relative) if self.board is not None else None
-        if found is None or not all(segments.holds(block["segment"]) for block in found[0]["blocks"]):
+        if found is None:
             return None
-        return found
+        size, block_size, blocks, stamp = found
+        if not all(segments.holds(block[4]) for block in blocks):
+            return None
+        return Kept(size, block_size, blocks, self.view.watch(stamp))
 
     def close(self) -> None:
         self._kept.clear()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aifs.bypass.protocol import MAX_PATHS
-from aifs.client.assemble import Mismatch, assemble
+from aifs.client.assemble import Mismatch, assemble, blocks_of
 from aifs.client.connection import Connection, Refused
 from aifs.client.mounts import MountTable
 from aifs.control.wire import ProtocolError
@@ -190,15 +190,16 @@ class Client:
             return OSError(answer["errno"], os.strerror(answer["errno"]), os.fspath(path))
         if "again" in answer:
             return _AGAIN
-        conn = self._connections[mountpoint]
+        conn, blocks = self._connections[mountpoint], blocks_of(answer)
         try:
-            data = assemble(answer, reply["block_size"], conn.segments)
+            data = assemble(answer["size"], reply["block_size"], blocks, conn.segments)
         except Mismatch as e:
             if e.segment is not None:
                 conn.segments.drop(e.segment)
             return _MISMATCH
         self.counts.bypass += 1
-        conn.answers.keep(relative, answer, reply["block_size"])
+        if "stamp" in answer:
+            conn.answers.keep(relative, answer["size"], reply["block_size"], blocks, answer["stamp"])
         return data
 
     def _ask(self, mountpoint: bytes, relatives: list[bytes]) -> dict | None:
