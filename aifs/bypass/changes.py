@@ -73,6 +73,9 @@ class ChangeTable:
                 stamp += (slot, counters[slot])
             return stamp
 
+    def watch(self, stamp: Sequence[int]) -> Callable[[], bool]:
+        return watch(self._counters, stamp)
+
     def close(self) -> None:
         self._counters.release()
         self._map.close()
@@ -88,12 +91,15 @@ class ChangeView:
         self._counters = memoryview(self._map).cast("Q")
 
     def watch(self, stamp: Sequence[int]) -> Callable[[], bool]:
-        """Whether nothing an answer with this stamp was built from has changed since, as a
-        check made once and run on every read of the answer (the counters fetched in one call)."""
-        counters, values = self._counters, (stamp[0], *stamp[2::2])
-        fetch = itemgetter(EVERYTHING, *stamp[1::2])
-        return lambda: fetch(counters) == values
+        return watch(self._counters, stamp)
 
     def close(self) -> None:
         self._counters.release()
         self._map.close()
+
+
+def watch(counters: memoryview, stamp: Sequence[int]) -> Callable[[], bool]:
+    """Whether nothing an answer with this stamp was built from has changed since, as a check
+    made once and run on every use of the answer (the counters fetched in one call)."""
+    values, fetch = (stamp[0], *stamp[2::2]), itemgetter(EVERYTHING, *stamp[1::2])
+    return lambda: fetch(counters) == values

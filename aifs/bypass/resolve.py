@@ -4,8 +4,10 @@ file. What only the kernel can judge (symbolic links, POSIX ACLs) is a Fallback.
 
 import errno
 import stat
+from collections.abc import Callable
 
 from aifs.bypass.caller import MAY_READ, MAY_SEARCH, Caller
+from aifs.bypass.changes import ChangeTable
 from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.engine import ROOT_INO
@@ -18,18 +20,56 @@ class Fallback(Exception):
     """The file must be read through the mount; the message says why."""
 
 
-class Resolver:
-    """Resolves the paths of one request; each directory met is walked once per request (never
-    longer: a later request sees renames and mode changes). Along with each file come the
-    metadata keys its answer was built from: what must not change for the answer to hold."""
+Walked = tuple[int, list[bytes]]  # a directory's inode, and the keys read to find it
 
-    def __init__(self, meta: MetaEngine, caller: Caller, fresh: bool) -> None:
+
+class WalkedBefore:
+    """The directories a caller's earlier requests walked, each reused while the change table
+    shows that none of the keys it was found by (entries, attributes, ACLs on its path) changed:
+    a later request sees renames and mode changes all the same."""
+
+    MAX_KNOWN = 4096
+
+    def __init__(self, changes: ChangeTable) -> None:
+        self.changes = changes
+        self._known: dict[bytes, tuple[Walked, Callable[[], bool]]] = {}
+
+    def get(self, path: bytes) -> Walked | None:
+        known = self._known.get(path)
+        if known is None:
+            return None
+        walked, holds = known
+        if holds():
+            return walked
+        del self._known[path]
+        return None
+
+    def put(self, path: bytes, walked: Walked, since: int) -> None:
+        """Keep a directory walked after the change table stood at `since` (when nothing changed meanwhile)."""
+        stamp = self.changes.stamp(since, walked[1])
+        if stamp is None:
+            return
+        if len(self._known) >= self.MAX_KNOWN:
+            self._known.clear()
+        self._known[path] = (walked, self.changes.watch(stamp))
+
+
+class Resolver:
+    """Resolves the paths of one request; each directory met is walked once per request, or
+    found in `before` when one is given. Along with each file come the metadata keys its answer
+    was built from: what must not change for the answer to hold."""
+
+    def __init__(self, meta: MetaEngine, caller: Caller, fresh: bool, before: WalkedBefore | None = None,
+                 since: int = 0) -> None:
         """`fresh`: the file's attributes come from the engine itself (a shared volume, where an
-        open asks it too), not from this node's cache."""
+        open asks it too), not from this node's cache. `since`: where the change table stood
+        before anything of this request was read."""
         self.meta = meta
         self.caller = caller
         self.fresh = fresh
-        self._dirs: dict[bytes, tuple[int, list[bytes]] | Exception] = {}
+        self._before = before
+        self._since = since
+        self._dirs: dict[bytes, Walked | Exception] = {}
 
     def file(self, path: bytes) -> tuple[int, Inode, list[bytes]]:
         """(inode, attributes, keys read) of the regular file at `path`, which the caller may
@@ -57,21 +97,26 @@ class Resolver:
             raise FsError(errno.EACCES)
         return ino, node
 
-    def _directory(self, path: bytes) -> tuple[int, list[bytes]]:
+    def _directory(self, path: bytes) -> Walked:
         """The inode of the directory at `path` (b"": the root), which the caller may search,
         and the keys read to find it."""
         known = self._dirs.get(path)
+        if known is None and self._before is not None:
+            known = self._before.get(path)
         if known is None:
             try:
                 known = self._walk(path)
             except (FsError, Fallback) as e:
                 known = e
-            self._dirs[path] = known
+            else:
+                if self._before is not None:
+                    self._before.put(path, known, self._since)
+        self._dirs[path] = known
         if isinstance(known, Exception):
             raise known
         return known
 
-    def _walk(self, path: bytes) -> tuple[int, list[bytes]]:
+    def _walk(self, path: bytes) -> Walked:
         if path:
             parent_path, _, name = path.rpartition(b"/")
             if name in _UNWALKED:

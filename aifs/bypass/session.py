@@ -14,7 +14,7 @@ from aifs.bypass.caller import Caller
 from aifs.bypass.changes import ChangeTable
 from aifs.bypass.protocol import MAX_PATH_BYTES, MAX_PATHS, VERSION
 from aifs.bypass.reply import Reply, Segments
-from aifs.bypass.resolve import Fallback, Resolver
+from aifs.bypass.resolve import Fallback, Resolver, WalkedBefore
 from aifs.control.wire import ProtocolError, decode, encode
 from aifs.errors import FsError
 from aifs.meta import Inode, keys
@@ -52,6 +52,7 @@ class Session:
         self.segments = Segments()
         self.changes = changes
         self.board = board
+        self._walked = WalkedBefore(changes)
         self._changes_sent = False
         self._refusal = self._refusal_for(mountpoint)
 
@@ -77,8 +78,8 @@ class Session:
         for start in range(0, len(request.paths), FAIR_SHARE):
             if start:
                 await trio.lowlevel.checkpoint()
-            since = self.changes.sequence()  # directories are walked anew after each turn
-            resolver = Resolver(self.vol.meta, self.caller, fresh=self.vol.cluster is not None)
+            since = self.changes.sequence()  # before this turn reads anything: stamps are from here
+            resolver = Resolver(self.vol.meta, self.caller, self.vol.cluster is not None, self._walked, since)
             files += [self._answer(path, resolver, reply, since) for path in request.paths[start:start + FAIR_SHARE]]
         await reply.fill()
         message = {"v": VERSION, "id": request.id, "block_size": self.vol.meta.block_size, "files": files,

@@ -139,6 +139,24 @@ def test_an_unprivileged_reader_gets_bytes_inline_and_the_mounts_permission_erro
     assert shared == ["aifs-changes"]  # nor the board, whose answers name root's files and records
 
 
+def _read_around_closing_the_directory(path: Path) -> list:
+    client = Client()
+    found = []
+    for mode in (0o700, 0o000, 0o700):  # the directory is this user's own
+        os.chmod(path.parent, mode)
+        found.append(client.read_many([path], errors="return")[0])
+    return [data if isinstance(data, bytes) else type(data).__name__ for data in found]
+
+
+def test_a_directory_closed_between_requests_is_closed_to_the_next(bvol):
+    own = bvol.path / "own-dir"
+    own.mkdir()
+    (own / "f").write_bytes(b"mine")
+    os.chown(own, NOBODY, NOBODY)
+    os.chown(own / "f", NOBODY, NOBODY)
+    assert as_user(NOBODY, _read_around_closing_the_directory, own / "f") == [b"mine", "PermissionError", b"mine"]
+
+
 def test_errors_are_those_of_the_mount(tree):
     root = str(tree.root)
     paths = [f"{root}/missing", f"{root}/small", f"{root}/small/d0/s000/below", f"{root}/small/d0/s000/",
