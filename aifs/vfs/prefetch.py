@@ -86,21 +86,19 @@ class Prefetcher:
     async def _warm_one(self, index: int, ref: BlockRef, fetching: trio.Semaphore, landing: trio.Semaphore,
                         landed: Landed | None) -> None:
         """Its fetch slot is given back once its bytes have a hand-over slot: hand-overs that
-        lag hold up fetches, so no more than twice WARM_IN_FLIGHT blocks wait in memory."""
-        fetch_slot = True
+        lag hold up fetches, so no more than twice WARM_IN_FLIGHT blocks wait in memory. (Both
+        semaphores are the warming's own: a failure or cancellation ends it, and them with it.)"""
         try:
             data = await self._read(ref)
-            self.in_flight.discard(ref.block_id)
-            if data is not None and landed is not None:
-                async with landing:
-                    fetching.release()
-                    fetch_slot = False
-                    took = await landed(index, ref, data)  # read self.landed only after the await
-                    self.landed += took
         finally:
-            if fetch_slot:
-                fetching.release()
             self.in_flight.discard(ref.block_id)
+        if data is None or landed is None:
+            fetching.release()
+            return
+        async with landing:
+            fetching.release()
+            took = await landed(index, ref, data)  # read self.landed only after the await
+            self.landed += took
 
     def _local(self, block_id: int) -> bool:
         return self.tiers.holds("ram", block_id) or self.tiers.holds("nvme", block_id)
