@@ -97,6 +97,21 @@ def _mount_dev(path: Path) -> int | None:
     return dev
 
 
+def _holds_descriptors(pid: int) -> bool:
+    """Whether any thread of `pid` still has a descriptor open."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # reaped
+        return False
+    for tid in threads:
+        try:
+            if os.listdir(f"/proc/{pid}/task/{tid}/fd"):
+                return True
+        except OSError:  # this thread's descriptor table is gone already
+            pass
+    return False
+
+
 def _mounted(path: Path) -> bool:
     return _mount_dev(path) is not None
 
@@ -190,6 +205,16 @@ class Volume:
         while self.daemon_pids() and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    @staticmethod
+    def _wait_descriptors_closed(pids: list[int], timeout: float) -> None:
+        """Until the kernel has closed every descriptor of the killed `pids`. A dying process
+        loses its command line (and so stops looking like a daemon) before its descriptors
+        close, and its threads keep them open after its first thread has gone: until then its
+        sockets still look open to their peers."""
+        deadline = time.monotonic() + timeout
+        while any(_holds_descriptors(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def kill9(self) -> list[int]:
         """SIGKILL the daemon(s) of this mount, then clear the dead mount."""
         pids = self.daemon_pids()
@@ -201,6 +226,7 @@ class Volume:
             except ProcessLookupError:
                 pass
         self._wait_daemons_gone(timeout=30)
+        self._wait_descriptors_closed(pids, timeout=30)
         subprocess.run(["fusermount3", "-u", "-z", str(self.path)], capture_output=True)
         self.st_dev = None
         return pids
