@@ -1,23 +1,29 @@
 """Dropping the kernel's caches, so "cold" workloads really reach the filesystem."""
 
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from aifs.config.system import mem_available
+
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 NOT_DROPPED = "caches not dropped"
+_TOUCH = bytes(1 << 20)
 
 
 class CacheDropper:
     """Syncs, then empties the page, dentry and inode caches (needs root).
 
     Called with no arguments it returns None, or NOT_DROPPED when the kernel refused;
-    it warns only once since the answer will not change during a run.
+    it warns only once since the answer will not change during a run. With `back` it then
+    has that many bytes of free memory backed (see back_free_memory).
     """
 
-    def __init__(self, warn: Callable[[str], None]) -> None:
+    def __init__(self, warn: Callable[[str], None], back: int = 0) -> None:
         self._warn = warn
         self._permitted = True
+        self._back = back
 
     def __call__(self) -> str | None:
         os.sync()
@@ -25,11 +31,29 @@ class CacheDropper:
             try:
                 with open(DROP_CACHES, "w") as control:
                     control.write("3")
+                back_free_memory(self._back)
                 return None
             except OSError as error:
                 self._permitted = False
                 self._warn(f"warning: cannot drop caches ({error}); results marked '{NOT_DROPPED}'")
         return NOT_DROPPED
+
+
+def back_free_memory(size: int) -> None:
+    """Write `size` bytes of fresh memory (at most half of what is available), then free them.
+
+    A virtual machine whose host takes back the guest's free pages (virtio-balloon free page
+    reporting) pays a fault on the host at the first touch of such a page. A cold read fills
+    the reader's page cache with free pages, and the copy into them is the first touch: after
+    a phase that freed little memory it pays those faults inside the filesystem's replies,
+    after one that freed much it does not, so columns would differ by what ran before them.
+    """
+    size = min(size, mem_available() // 2) // len(_TOUCH) * len(_TOUCH)
+    if size <= 0:
+        return
+    with mmap.mmap(-1, size) as region:
+        for offset in range(0, size, len(_TOUCH)):
+            region[offset:offset + len(_TOUCH)] = _TOUCH
 
 
 def evict_files(*roots: Path) -> None:
