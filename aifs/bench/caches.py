@@ -39,8 +39,9 @@ class CacheDropper:
         return NOT_DROPPED
 
 
-def back_free_memory(size: int) -> None:
-    """Write `size` bytes of fresh memory (at most half of what is available), then free them.
+def back_free_memory(size: int) -> int:
+    """Write `size` bytes of fresh memory (at most half of what is available), then free them;
+    the bytes written.
 
     A virtual machine whose host takes back the guest's free pages (virtio-balloon free page
     reporting) pays a fault on the host at the first touch of such a page. A cold read fills
@@ -49,11 +50,11 @@ def back_free_memory(size: int) -> None:
     after one that freed much it does not, so columns would differ by what ran before them.
     """
     size = min(size, mem_available() // 2) // len(_TOUCH) * len(_TOUCH)
-    if size <= 0:
-        return
-    with mmap.mmap(-1, size) as region:
-        for offset in range(0, size, len(_TOUCH)):
-            region[offset:offset + len(_TOUCH)] = _TOUCH
+    if size > 0:
+        with mmap.mmap(-1, size) as region:
+            for offset in range(0, size, len(_TOUCH)):
+                region[offset:offset + len(_TOUCH)] = _TOUCH
+    return max(size, 0)
 
 
 def evict_files(*roots: Path) -> None:
