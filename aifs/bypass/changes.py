@@ -90,16 +90,24 @@ class ChangeView:
         self._map = read_only_view(fd)
         self._counters = memoryview(self._map).cast("Q")
 
-    def watch(self, stamp: Sequence[int]) -> Callable[[], bool]:
-        return watch(self._counters, stamp)
+    def shows(self, slots: tuple[int, ...], values: tuple[int, ...]) -> bool:
+        """Whether the counters at `slots` still show `values` (a stamp, split): nothing the
+        answer was built from has changed since. The counters are fetched in one call."""
+        return itemgetter(*slots)(self._counters) == values
 
     def close(self) -> None:
         self._counters.release()
         self._map.close()
 
 
+def split(stamp: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A stamp as the counters it names and the values they must still show."""
+    return (EVERYTHING, *stamp[1::2]), (stamp[0], *stamp[2::2])
+
+
 def watch(counters: memoryview, stamp: Sequence[int]) -> Callable[[], bool]:
     """Whether nothing an answer with this stamp was built from has changed since, as a check
-    made once and run on every use of the answer (the counters fetched in one call)."""
-    values, fetch = (stamp[0], *stamp[2::2]), itemgetter(EVERYTHING, *stamp[1::2])
+    made once and run on every use of the answer."""
+    slots, values = split(stamp)
+    fetch = itemgetter(*slots)
     return lambda: fetch(counters) == values

@@ -9,23 +9,20 @@ so a segment record dropped or reused since is noticed: the answer is forgotten 
 asked again.
 """
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from aifs.bypass.board import BoardView
-from aifs.bypass.changes import ChangeView
+from aifs.bypass.changes import ChangeView, split
 from aifs.client.assemble import Block, Mismatch, assemble
 from aifs.client.segments import SegmentFiles
 
 MAX_KEPT = 200_000  # answers per connection; the oldest go first
 
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    size: int
-    block_size: int
-    blocks: tuple[Block, ...]
-    holds: Callable[[], bool]  # whether its stamp still holds
+# (size, block_size, blocks, the stamp's counter slots, the values they must show): a tuple of
+# numbers and tuples of numbers, which the garbage collector stops tracking. An object or a
+# closure per kept answer would be walked by every full collection of the reader's process,
+# and a reader keeping many thousands of answers would spend a third of its time there.
+Kept = tuple[int, int, tuple[Block, ...], tuple[int, ...], tuple[int, ...]]
 
 
 class Answers:
@@ -37,7 +34,7 @@ class Answers:
     def keep(self, relative: bytes, size: int, block_size: int, blocks: tuple[Block, ...],
              stamp: Sequence[int]) -> None:
         self._kept.pop(relative, None)
-        self._hold(relative, Kept(size, block_size, blocks, self.view.watch(stamp)))
+        self._hold(relative, (size, block_size, blocks, *split(stamp)))
 
     def _hold(self, relative: bytes, kept: Kept) -> None:
         self._kept[relative] = kept
@@ -61,14 +58,14 @@ class Answers:
             self._hold(relative, kept)
         return data, posted
 
-    @staticmethod
-    def _bytes(kept: Kept, segments: SegmentFiles) -> bytes | None:
+    def _bytes(self, kept: Kept, segments: SegmentFiles) -> bytes | None:
         """None when the answer no longer holds, or its bytes do not match (the segment was
         closed here, or its record changed)."""
-        if not kept.holds():
+        size, block_size, blocks, slots, values = kept
+        if not self.view.shows(slots, values):
             return None
         try:
-            return assemble(kept.size, kept.block_size, kept.blocks, segments)
+            return assemble(size, block_size, blocks, segments)
         except Mismatch:
             return None
 
@@ -81,7 +78,7 @@ class Answers:
         size, block_size, blocks, stamp = found
         if not all(segments.holds(block[4]) for block in blocks):
             return None
-        return Kept(size, block_size, blocks, self.view.watch(stamp))
+        return (size, block_size, blocks, *split(stamp))
 
     def close(self) -> None:
         self._kept.clear()

@@ -1,24 +1,33 @@
-"""A reader's watch of a stamp holds until one of the stamp's keys changes, or everything does."""
+"""A stamp holds until one of its keys changes, or everything does: for a reader's view of
+the table (checked each time) and for the mount's own watch alike."""
 
 import os
+from functools import partial
 
-from aifs.bypass.changes import ChangeTable, ChangeView
+import pytest
+
+from aifs.bypass.changes import ChangeTable, ChangeView, split
 from aifs.meta import keys
 
 
-def test_a_watch_holds_until_a_key_of_its_stamp_changes():
+@pytest.mark.parametrize("seen_by", ["reader", "mount"])
+def test_a_stamp_holds_until_one_of_its_keys_changes(seen_by: str):
     table = ChangeTable()
     view = ChangeView(os.dup(table.fd))
+
+    def watch(stamp):
+        return partial(view.shows, *split(stamp)) if seen_by == "reader" else table.watch(stamp)
+
     try:
         stamped = [keys.inode(5), keys.block(5, 0), keys.dentry(1, b"f")]
         stamp = table.stamp(table.sequence(), stamped)
         assert stamp is not None
-        watch = view.watch(stamp)
+        holds = watch(stamp)
         table.changed([keys.inode(6), keys.upload(5)])  # another file's attributes; an upload queue
-        assert watch()
+        assert holds()
         table.changed([keys.block(5, 0)])
-        assert not watch()
-        again = view.watch(table.stamp(table.sequence(), stamped))
+        assert not holds()
+        again = watch(table.stamp(table.sequence(), stamped))
         assert again()
         table.changed(None)  # everything must go
         assert not again()
