@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import resource
 from pathlib import Path
 
 import pytest
@@ -118,15 +119,12 @@ def test_bad_arguments_are_rejected(dirs: list[str], args: list[str]) -> None:
     assert_scratch_removed(dirs)
 
 
-
 @pytest.mark.parametrize(("size", "available", "written"), [
     (256 << 20, 16 << 30, 256 << 20),  # all of it
     (256 << 20, 128 << 20, 64 << 20),  # half of what is available, at most
 ])
 def test_backing_free_memory_writes_what_it_may(monkeypatch: pytest.MonkeyPatch, size: int, available: int,
                                                 written: int) -> None:
-    import resource
-
     monkeypatch.setattr(caches, "mem_available", lambda: available)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     assert caches.back_free_memory(size) == written
