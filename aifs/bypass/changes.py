@@ -16,7 +16,7 @@ all answers must go (the engine's notices of other nodes' changes were lost for 
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 
 from aifs.bypass.memfd import read_only_view, sealed_memfd
@@ -28,7 +28,18 @@ EVERYTHING = 1
 Stamp = list[int]  # [everything, slot, value, slot, value, ...]
 
 
-class ChangeTable:
+class _Counters:
+    """Stamps checked against the counters: by the mount on its table, by readers on their view."""
+
+    _counters: memoryview
+
+    def shows(self, slots: tuple[int, ...], values: tuple[int, ...]) -> bool:
+        """Whether the counters at `slots` still show `values` (a stamp, split): nothing the
+        answer was built from has changed since. The counters are fetched in one call."""
+        return itemgetter(*slots)(self._counters) == values
+
+
+class ChangeTable(_Counters):
     def __init__(self) -> None:
         self.fd, self._map = sealed_memfd("aifs-changes", (HEADER + BUCKETS) * 8, allocate=True)
         self._counters = memoryview(self._map).cast("Q")
@@ -73,27 +84,19 @@ class ChangeTable:
                 stamp += (slot, counters[slot])
             return stamp
 
-    def watch(self, stamp: Sequence[int]) -> Callable[[], bool]:
-        return watch(self._counters, stamp)
-
     def close(self) -> None:
         self._counters.release()
         self._map.close()
         os.close(self.fd)
 
 
-class ChangeView:
+class ChangeView(_Counters):
     """A reader's read-only view of a mount's change table."""
 
     def __init__(self, fd: int) -> None:
         """Takes over `fd`."""
         self._map = read_only_view(fd)
         self._counters = memoryview(self._map).cast("Q")
-
-    def shows(self, slots: tuple[int, ...], values: tuple[int, ...]) -> bool:
-        """Whether the counters at `slots` still show `values` (a stamp, split): nothing the
-        answer was built from has changed since. The counters are fetched in one call."""
-        return itemgetter(*slots)(self._counters) == values
 
     def close(self) -> None:
         self._counters.release()
@@ -103,11 +106,3 @@ class ChangeView:
 def split(stamp: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A stamp as the counters it names and the values they must still show."""
     return (EVERYTHING, *stamp[1::2]), (stamp[0], *stamp[2::2])
-
-
-def watch(counters: memoryview, stamp: Sequence[int]) -> Callable[[], bool]:
-    """Whether nothing an answer with this stamp was built from has changed since, as a check
-    made once and run on every use of the answer."""
-    slots, values = split(stamp)
-    fetch = itemgetter(*slots)
-    return lambda: fetch(counters) == values

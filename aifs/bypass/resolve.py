@@ -4,10 +4,8 @@ file. What only the kernel can judge (symbolic links, POSIX ACLs) is a Fallback.
 
 import errno
 import stat
-from collections.abc import Callable
-
 from aifs.bypass.caller import MAY_READ, MAY_SEARCH, Caller
-from aifs.bypass.changes import ChangeTable
+from aifs.bypass.changes import ChangeTable, split
 from aifs.errors import FsError
 from aifs.meta import Inode, MetaEngine, keys
 from aifs.meta.engine import ROOT_INO
@@ -32,14 +30,14 @@ class WalkedBefore:
 
     def __init__(self, changes: ChangeTable) -> None:
         self.changes = changes
-        self._known: dict[bytes, tuple[Walked, Callable[[], bool]]] = {}
+        self._known: dict[bytes, tuple[Walked, tuple[int, ...], tuple[int, ...]]] = {}  # walked, slots, values
 
     def get(self, path: bytes) -> Walked | None:
         known = self._known.get(path)
         if known is None:
             return None
-        walked, holds = known
-        if holds():
+        walked, slots, values = known
+        if self.changes.shows(slots, values):
             return walked
         del self._known[path]
         return None
@@ -51,7 +49,7 @@ class WalkedBefore:
             return
         if len(self._known) >= self.MAX_KNOWN:
             self._known.clear()
-        self._known[path] = (walked, self.changes.watch(stamp))
+        self._known[path] = (walked, *split(stamp))
 
 
 class Resolver:
