@@ -31,11 +31,12 @@ class CacheDropper:
             try:
                 with open(DROP_CACHES, "w") as control:
                     control.write("3")
-                back_free_memory(self._back)
-                return None
             except OSError as error:
                 self._permitted = False
                 self._warn(f"warning: cannot drop caches ({error}); results marked '{NOT_DROPPED}'")
+            else:
+                back_free_memory(self._back)  # its own failure is not the kernel refusing the drop
+                return None
         return NOT_DROPPED
 
 
