@@ -5,8 +5,9 @@ never be used again.
 
 The board is a memfd in two parts: slots, then a ring of records. A record is the xxh3-64 of
 the rest of it, then the answer in fixed-size binary fields (no decoding of maps): the file's
-size, the block size, the path, the blocks (index, offset, length, checksum, segment, at,
-object) and the stamp. Each path falls in one slot by the hash of its bytes; the slot holds
+size, the block size, the blocks (index, offset, length, checksum, segment, at, object), the
+stamp split into the counters it names and the values they must show, and last the path. A
+reader unpacks all but the path in one call of a format made once per shape, into the very tuple it keeps (aifs.client.answers). Each path falls in one slot by the hash of its bytes; the slot holds
 where the newest record of a path falling there is (offset << 24 | length; 0 for none). The
 mount alone writes (records first, then the slot, each slot one aligned 8-byte store); readers
 never lock. What a reader finds is used only when its bytes match their hash and name the path
@@ -22,17 +23,27 @@ readers are given.
 import mmap
 import os
 import struct
+from functools import lru_cache
 
+from aifs.bypass.changes import split
 from aifs.bypass.memfd import read_only_view, sealed_memfd
 from aifs.tiers.checksum import checksum
 
 LENGTH_BITS = 24
 MAX_RECORD = (1 << LENGTH_BITS) - 1
 SLOT_SHARE = 4  # a quarter of the board's bytes are slots: one for every 32 bytes of the whole
-HEAD = struct.Struct("<QQIHHI")  # hash of the rest, size, block size, path bytes, blocks, stamp words
-BLOCK = struct.Struct("<IIIQQQQ")  # index, offset, length, checksum, segment, at, object
-# (size, block size, blocks as (index, offset, length, checksum, segment, at, object, None), stamp)
-Posted = tuple[int, int, tuple[tuple, ...], tuple[int, ...]]
+HEAD = struct.Struct("<QQIHHI")  # hash of the rest, size, block size, path bytes, blocks, counters
+FIELDS = 7  # of a block, 8 bytes each: index, offset, length, checksum, segment, at, object
+# (size, block size, blocks as (index, offset, length, checksum, segment, at, object, None),
+# the stamp's counters, the values they must show): the client's kept answer
+Posted = tuple[int, int, tuple[tuple, ...], tuple[int, ...], tuple[int, ...]]
+
+
+@lru_cache(maxsize=256)
+def _shape(blocks: int, counters: int) -> struct.Struct:
+    """The fields after the head of a record of `blocks` blocks and `counters` counters: all
+    8-byte words, so that a format of any size is one repeated code."""
+    return struct.Struct(f"<{FIELDS * blocks + 2 * counters}Q")
 
 
 class Layout:
@@ -86,32 +97,40 @@ class BoardView:
 
     def look(self, path: bytes) -> Posted | None:
         """The newest answer posted for `path`, or None; its stamp is still to be checked."""
-        entry = self._slots[self.layout.slot(path)]
-        at, length = self.layout.ring_at + (entry >> LENGTH_BITS), entry & MAX_RECORD
-        if length < HEAD.size or at + length > self.layout.size:
+        layout = self.layout
+        entry = self._slots[checksum(path) & (layout.slots - 1)]
+        at, length = layout.ring_at + (entry >> LENGTH_BITS), entry & MAX_RECORD
+        if length < HEAD.size or at + length > layout.size:
             return None
         body = self._map[at:at + length]  # a copy: what is checked is what is used
-        digest, size, block_size, path_bytes, blocks, words = HEAD.unpack_from(body)
-        at_blocks = HEAD.size + path_bytes
-        at_stamp = at_blocks + blocks * BLOCK.size
-        if at_stamp + 8 * words != length or checksum(memoryview(body)[8:]) != digest:
+        digest, size, block_size, path_bytes, blocks, counters = HEAD.unpack_from(body)
+        shape = _shape(blocks, counters)
+        if (HEAD.size + shape.size + path_bytes != length or path_bytes != len(path) or not body.endswith(path)
+                or checksum(memoryview(body)[8:]) != digest):
             return None
-        if body[HEAD.size:at_blocks] != path:
-            return None
-        return (size, block_size, tuple(block + (None,) for block in BLOCK.iter_unpack(body[at_blocks:at_stamp])),
-                struct.unpack_from(f"<{words}Q", body, at_stamp))
+        fields = shape.unpack_from(body, HEAD.size)
+        stamp_at = FIELDS * blocks
+        return (size, block_size, _blocks(fields, stamp_at), fields[stamp_at:stamp_at + counters],
+                fields[stamp_at + counters:])
 
     def close(self) -> None:
         self._slots.release()
         self._map.close()
 
 
+def _blocks(fields: tuple[int, ...], end: int) -> tuple[tuple, ...]:
+    if end == FIELDS:  # the common small file
+        return (fields[:FIELDS] + (None,),)
+    return tuple(fields[i:i + FIELDS] + (None,) for i in range(0, end, FIELDS))
+
+
 def _record(path: bytes, answer: dict, block_size: int) -> bytes:
-    blocks, stamp = answer["blocks"], answer["stamp"]
-    body = bytearray(HEAD.pack(0, answer["size"], block_size, len(path), len(blocks), len(stamp)))
+    blocks = answer["blocks"]
+    slots, values = split(answer["stamp"])
+    fields = [field for b in blocks for field in (b["index"], b["offset"], b["length"], b["checksum"],
+                                                  b["segment"], b["at"], b["object"])]
+    body = bytearray(HEAD.pack(0, answer["size"], block_size, len(path), len(blocks), len(slots)))
+    body += _shape(len(blocks), len(slots)).pack(*fields, *slots, *values)
     body += path
-    for b in blocks:
-        body += BLOCK.pack(b["index"], b["offset"], b["length"], b["checksum"], b["segment"], b["at"], b["object"])
-    body += struct.pack(f"<{len(stamp)}Q", *stamp)
     struct.pack_into("<Q", body, 0, checksum(memoryview(body)[8:]))
     return bytes(body)

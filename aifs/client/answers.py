@@ -43,11 +43,13 @@ class Answers:
 
     def read(self, relative: bytes, segments: SegmentFiles) -> tuple[bytes, bool] | None:
         """The file's bytes by a kept answer that still holds, and whether it was another reader's
-        (from the board); None when the mount must be asked."""
+        (from the board); None when the mount must be asked. A board answer naming a segment
+        this reader was not handed fails its checksum like any other: the mount hands that
+        segment over with its next answer that needs it."""
         kept = self._kept.get(relative)
         posted = kept is None
         if posted:
-            kept = self._posted(relative, segments)
+            kept = self.board.look(relative) if self.board is not None else None
             if kept is None:
                 return None
         data = self._bytes(kept, segments)
@@ -68,17 +70,6 @@ class Answers:
             return assemble(size, block_size, blocks, segments)
         except Mismatch:
             return None
-
-    def _posted(self, relative: bytes, segments: SegmentFiles) -> Kept | None:
-        """An answer on the board whose segments this reader holds (the mount hands over the
-        others with its next answer that needs them)."""
-        found = self.board.look(relative) if self.board is not None else None
-        if found is None:
-            return None
-        size, block_size, blocks, stamp = found
-        if not all(segments.holds(block[4]) for block in blocks):
-            return None
-        return (size, block_size, blocks, *split(stamp))
 
     def close(self) -> None:
         self._kept.clear()

@@ -22,6 +22,7 @@ from typing import Literal
 from aifs.bypass.protocol import MAX_PATHS
 from aifs.client.assemble import Mismatch, assemble, blocks_of
 from aifs.client.connection import Connection, Refused
+from aifs.client.heap import keep_freed_file_memory
 from aifs.client.mounts import MountTable
 from aifs.control.wire import ProtocolError
 
@@ -65,6 +66,7 @@ class Client:
         self._mounts = MountTable()
         self._connections: dict[bytes, Connection] = {}
         self._resting: dict[bytes, float] = {}
+        keep_freed_file_memory()
         _live.add(self)
 
     def __reduce__(self) -> tuple:

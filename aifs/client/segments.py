@@ -28,9 +28,6 @@ class SegmentFiles:
         while len(self._fds) > MAX_HELD:
             self.drop(next(iter(self._fds)))
 
-    def holds(self, number: int) -> bool:
-        return number in self._fds
-
     def fd_of(self, number: int) -> int | None:
         fd = self._fds.get(number)
         if fd is not None:

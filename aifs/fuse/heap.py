@@ -22,18 +22,14 @@ grows by a block at a time, and on 4 KiB pages a GiB read costs a quarter of a m
 page faults, each far dearer on a VM that has handed free pages back to its host.
 """
 
-import ctypes
 import logging
 import os
 import sys
 
-from aifs.tiers.files import libc
+from aifs.malloc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, set_malloc
 
 log = logging.getLogger(__name__)
 
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
 MMAP_THRESHOLD = 32 << 20  # glibc's largest: requests and blocks come from the heap
 TRIM_THRESHOLD = 128 << 20  # free heap an arena keeps: twice what max_tasks' requests hold
 ARENAS = 2  # the event loop's, and one the worker threads share (they allocate little)
@@ -54,12 +50,6 @@ def exec_with_huge_pages() -> None:
 
 def keep_request_buffers() -> None:
     """Set the thresholds above; a C library without mallopt (musl) keeps its defaults."""
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None:
-        log.info("this C library has no mallopt: request buffers use its default allocator settings")
-        return
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD), (_M_ARENA_MAX, ARENAS))
-    for option, value in settings:
-        if mallopt(option, value) != 1:
-            log.warning("mallopt(%d, %d) refused: request buffers may be faulted in afresh", option, value)
+    settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_ARENA_MAX, ARENAS))
+    for option, value in set_malloc(settings):
+        log.warning("mallopt(%d, %d) refused: request buffers may be faulted in afresh", option, value)

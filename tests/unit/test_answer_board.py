@@ -8,6 +8,7 @@ import os
 import pytest
 
 from aifs.bypass.board import AnswerBoard, BoardView
+from aifs.bypass.changes import EVERYTHING
 from aifs.config.models import MiB
 
 
@@ -17,8 +18,8 @@ def answer(n: int) -> dict:
 
 
 def found(n: int) -> tuple:
-    """What a reader finds for answer(n)."""
-    return n, 65536, ((0, 0, n, n + 1, 3, n * 10, n, None),), (0, 7, n)
+    """What a reader finds for answer(n): the stamp split into its counters and their values."""
+    return n, 65536, ((0, 0, n, n + 1, 3, n * 10, n, None),), (EVERYTHING, 7), (0, n)
 
 
 @pytest.fixture
@@ -85,3 +86,12 @@ def test_readers_cannot_write_the_board(board):
         assert caught.value.errno == errno.EPERM
     finally:
         os.close(fd)
+
+
+def test_an_answer_of_many_blocks_and_counters_is_found_whole(board):
+    made, view = board
+    blocks = [{"index": i, "offset": 0, "length": 10, "checksum": i + 1, "segment": 3, "at": i * 10, "object": 10}
+              for i in range(3)]
+    made.post(b"many", {"size": 30, "blocks": blocks, "stamp": [4, 7, 1, 9, 2, 11, 3]}, 16)
+    assert view.look(b"many") == (30, 16, tuple((i, 0, 10, i + 1, 3, i * 10, 10, None) for i in range(3)),
+                                  (EVERYTHING, 7, 9, 11), (4, 1, 2, 3))

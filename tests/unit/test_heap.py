@@ -1,8 +1,10 @@
-"""The mount's malloc settings keep request- and block-sized buffers in the heap (aifs.fuse.heap).
+"""The malloc settings of the mount (aifs.fuse.heap) and of readers (aifs.client.heap) keep the
+buffers they let go in the heap, for the next ones.
 
 Each case runs in a child process, so this process's allocator keeps its defaults.
 """
 
+import os
 import platform
 import subprocess
 import sys
@@ -26,12 +28,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 MiB = 1 << 20
 PAGES_PER_BURST = 16 * MiB // 4096
 KEEP = "from aifs.fuse.heap import keep_request_buffers; keep_request_buffers()"
+READER = "from aifs.client import Client; Client()"
+FILE = 16 << 10
 
 
-def faults_after_warmup(setup: str, size: int = MiB) -> int:
+def faults_after_warmup(setup: str, size: int = MiB, environment: dict[str, str] | None = None) -> int:
     script = BURSTS.format(setup=setup, size=size, count=16 * MiB // size)
     return int(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
-                              text=True).stdout)
+                              text=True, env=os.environ | (environment or {})).stdout)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
@@ -42,8 +46,15 @@ def test_request_buffers_are_reused_without_page_faults():
     assert default > 5 * PAGES_PER_BURST, f"glibc's defaults faulted only {default} times: the test proves nothing"
 
 
-
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
 def test_block_buffers_are_reused_without_page_faults():
     kept = faults_after_warmup(KEEP, size=4 * MiB)
     assert kept < PAGES_PER_BURST, f"{kept} page faults for 20 bursts of reused 4 MiB blocks"
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
+def test_a_reader_reuses_the_memory_of_files_it_let_go():
+    kept = faults_after_warmup(READER, size=FILE)
+    chosen = faults_after_warmup(READER, size=FILE, environment={"MALLOC_TRIM_THRESHOLD_": str(128 << 10)})
+    assert kept < PAGES_PER_BURST, f"{kept} page faults for 20 bursts of 16 KiB files' bytes"
+    assert chosen > 5 * PAGES_PER_BURST, f"the process's own trim threshold was not kept: {chosen} page faults"
