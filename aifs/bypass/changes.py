@@ -2,8 +2,11 @@
 answer without asking the mount again, for as long as nothing it was built from changed.
 
 An answer depends on a few metadata keys (the entries and attributes of the directories on its
-path, the file's attributes and block references, their ACLs). Each key falls in one of
-BUCKETS counters by its hash; the mount adds one to a key's counter whenever the key changes,
+path, the file's attributes and block references, their ACLs). An entry falls in one of
+BUCKETS counters by the hash of its key, everything else of an inode (its attributes,
+extended attributes, block references) in one counter by the hash of the inode: they change
+together, and a stamp then names at most two counters per directory on the path and two for the
+file, however many blocks it has; the mount adds one to a key's counter whenever the key changes,
 and an answer carries the counters of its keys as they were when it was built (its stamp).
 While every counter of a stamp still holds, the answer still holds: the reader checks a
 handful of integers in memory instead of a round trip through the mount's one thread.
@@ -20,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 
 from aifs.bypass.memfd import read_only_view, sealed_memfd
+from aifs.meta import keys
 from aifs.meta.cached_kv import cacheable
 
 BUCKETS = 1 << 20  # 8 MiB of counters: two keys of one stamp share a counter about once in 10^5 stamps
@@ -47,7 +51,8 @@ class ChangeTable(_Counters):
 
     @staticmethod
     def slot(key: bytes) -> int:
-        return HEADER + (hash(key) & (BUCKETS - 1))
+        owner = key if key[:1] == keys.DENTRY else key[1:9]  # an inode's own keys: the inode number
+        return HEADER + (hash(owner) & (BUCKETS - 1))
 
     def changed(self, keys: Iterable[bytes] | None) -> None:
         """A change of `keys` (None: of anything); any thread. Only the per-inode keys that

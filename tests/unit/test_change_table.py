@@ -44,3 +44,17 @@ def test_a_stamp_read_across_a_change_is_none():
         assert table.stamp(since, [keys.inode(5)]) is None
     finally:
         table.close()
+
+
+def test_a_stamp_names_one_counter_for_all_of_an_inodes_own_keys():
+    table = ChangeTable()
+    try:
+        own = [keys.inode(5), keys.xattr(5, b"system.posix_acl_access")] + [keys.block(5, i) for i in range(1000)]
+        entry = keys.dentry(1, b"f")
+        slots, _ = split(table.stamp(table.sequence(), own + [entry]))
+        assert len(slots) == 1 + len({table.slot(keys.inode(5)), table.slot(entry)})
+        stamp = table.stamp(table.sequence(), own)
+        table.changed([keys.xattr(5, b"user.note")])  # moves the inode's one counter
+        assert not table.shows(*split(stamp))
+    finally:
+        table.close()
