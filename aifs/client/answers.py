@@ -52,24 +52,17 @@ class Answers:
             kept = self.board.look(relative) if self.board is not None else None
             if kept is None:
                 return None
-        data = self._bytes(kept, segments)
+        size, block_size, blocks, slots, values = kept
+        try:  # None when the answer no longer holds
+            data = assemble(size, block_size, blocks, segments) if self.view.shows(slots, values) else None
+        except Mismatch:  # its bytes do not match: the segment was closed here, or its record changed
+            data = None
         if data is None:
             self._kept.pop(relative, None)
             return None
         if posted:
             self._hold(relative, kept)
         return data, posted
-
-    def _bytes(self, kept: Kept, segments: SegmentFiles) -> bytes | None:
-        """None when the answer no longer holds, or its bytes do not match (the segment was
-        closed here, or its record changed)."""
-        size, block_size, blocks, slots, values = kept
-        if not self.view.shows(slots, values):
-            return None
-        try:
-            return assemble(size, block_size, blocks, segments)
-        except Mismatch:
-            return None
 
     def close(self) -> None:
         self._kept.clear()

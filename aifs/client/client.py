@@ -11,6 +11,7 @@ descriptors. Threads of one process take turns on a client.
 
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -33,6 +34,7 @@ DEFAULT_TIMEOUT_S = 60.0
 REST_S = 5.0  # a mount whose socket failed twice is read through the mount this long before a new try
 
 AnyPath = str | bytes | os.PathLike
+_FS_ENCODING = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # os.fsencode's, without its checks
 Result = bytes | OSError
 _AGAIN, _MISMATCH = object(), object()
 
@@ -108,14 +110,26 @@ class Client:
         results: list[Result | None] = [None] * len(paths)
         by_mount: dict[bytes, list[tuple[int, bytes]]] = {}
         self._drop_dead_connections()
-        for i, path in enumerate(paths):
-            place = self._place(path)
-            if place is None:
+        place, kept = self._place, {mountpoint: (conn.answers, conn.segments)
+                                    for mountpoint, conn in self._connections.items() if conn.answers is not None}
+        remembered = shared = 0
+        for i, path in enumerate(paths):  # the hot loop of a reader: calls and lookups kept few
+            where = place(path)
+            if where is None:
                 results[i] = self._through_mount(path)
-            elif (data := self._remembered(*place)) is not None:
-                results[i] = data
-            else:
-                by_mount.setdefault(place[0], []).append((i, place[1]))
+                continue
+            mountpoint, relative = where
+            answers = kept.get(mountpoint)
+            found = answers[0].read(relative, answers[1]) if answers is not None else None
+            if found is None:
+                by_mount.setdefault(mountpoint, []).append((i, relative))
+                continue
+            results[i], posted = found
+            remembered += 1
+            shared += posted
+        self.counts.bypass += remembered
+        self.counts.remembered += remembered
+        self.counts.shared += shared
         for mountpoint, wanted in by_mount.items():
             self._read_from(mountpoint, wanted, paths, results)
         return results
@@ -123,7 +137,7 @@ class Client:
     def _place(self, path: AnyPath) -> tuple[bytes, bytes] | None:
         """(mountpoint, path relative to it); None for a path the mount must walk itself ('..'
         after a symbolic link is not the lexical parent; a trailing '/' asks for a directory)."""
-        raw = os.fsencode(path)
+        raw = path.encode(*_FS_ENCODING) if type(path) is str else os.fsencode(path)
         if not raw.startswith(b"/"):
             raw = os.path.join(os.getcwdb(), raw)
         if raw.endswith(b"/"):
@@ -133,19 +147,6 @@ class Client:
                 return None
             raw = os.path.normpath(raw)
         return self._mounts.place(raw)
-
-    def _remembered(self, mountpoint: bytes, relative: bytes) -> bytes | None:
-        """The file's bytes by an answer kept from an earlier request, if one still holds."""
-        conn = self._connections.get(mountpoint)
-        if conn is None or conn.answers is None:
-            return None
-        found = conn.answers.read(relative, conn.segments)
-        if found is None:
-            return None
-        self.counts.bypass += 1
-        self.counts.remembered += 1
-        self.counts.shared += found[1]
-        return found[0]
 
     def _drop_dead_connections(self) -> None:
         """Connections to mounts that have stopped go, with the answers they kept."""
