@@ -59,6 +59,29 @@ class _Segment:
             self.direct.close()
 
 
+class _HeaderReader:
+    """The record headers of a segment, read at start: records smaller than SCAN_WINDOW come
+    many to a read, where one read per header costs a disk access each on a cold page cache
+    (a segment of 16 KiB records took 90 µs a record); after a large record only its header
+    is read, so a segment of whole blocks is not read through."""
+
+    SCAN_WINDOW = 64 << 10
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._window = b""
+        self._window_at = 0
+
+    def at(self, pos: int) -> bytes:
+        """HEADER.size bytes from `pos` (fewer at the end of the file)."""
+        start = pos - self._window_at
+        if start < 0 or start + HEADER.size > len(self._window):
+            wide = 0 <= start <= self.SCAN_WINDOW  # the last record was small: the next ones likely are too
+            self._window = os.pread(self._fd, self.SCAN_WINDOW if wide else HEADER.size, pos)
+            self._window_at, start = pos, 0
+        return self._window[start:start + HEADER.size]
+
+
 def _punch(fd: int, start: int, end: int) -> None:
     """Free the whole pages inside [start, end); the filesystem may not support it."""
     first = round_up(start)
@@ -138,9 +161,10 @@ class SegmentLog:
         return bool(self._damage)
 
     def _scan(self, segment: _Segment) -> Iterator[tuple[int, Location, bool]]:
+        headers = _HeaderReader(segment.fd)
         pos = 0
         while pos < segment.size:
-            header = parse_header(os.pread(segment.fd, HEADER.size, pos))
+            header = parse_header(headers.at(pos))
             if header is None or pos + header.size + header.length > segment.size:
                 self._broken(segment, pos, header)
                 return

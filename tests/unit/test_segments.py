@@ -436,3 +436,29 @@ def test_old_segments_are_still_read_and_mended(tmp_path):
     assert sorted(found) == [2, 3, 4] and not again.damaged
     assert found[2] == where[2] and again.read(found[2]) == payload(2, BLOCK)
     again.close()
+
+
+# 200 records of 1,000 bytes: about 200 KB in windows of 64 KiB; 8 records of 1 MiB: the
+# first window, then each header alone
+@pytest.mark.parametrize("size, most_reads, most_bytes", [(1000, 8, 8 * (64 << 10)),
+                                                          ((1 << 20), 9, (64 << 10) + 8 * HEADER.size)])
+def test_a_rebuild_reads_small_records_headers_many_at_once_and_large_ones_alone(
+        tmp_path, monkeypatch, size, most_reads, most_bytes):
+    log = SegmentLog(tmp_path)
+    count = 200 if size < 4096 else 8
+    where = {i: log.append(i, payload(i, size)) for i in range(count)}
+    log.close()
+    reads = []
+    real_pread = os.pread
+
+    def pread(fd, length, offset):
+        data = real_pread(fd, length, offset)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(segments.os, "pread", pread)
+    again, found = open_log(tmp_path)
+    monkeypatch.undo()
+    assert found == where
+    assert len(reads) <= most_reads and sum(reads) <= most_bytes, f"{len(reads)} reads of {sum(reads)} bytes"
+    again.close()
