@@ -20,8 +20,10 @@ The rows, in the order they are measured:
     small-warm-8t      10,000 files of 16 KiB in 100 directories (aifs.bench.smallfiles) read by
                        8 threads (open, read, close), twice: the second pass, from the caches
     listdir-warm       os.listdir of a directory of 5,000 empty files: the median of 5, after an untimed one
-    small-warm-8p      the small files dealt over 8 worker processes, twice: the second pass; the
-                       bypass column reads them with read_many, 64 paths a call
+    small-warm-8p      the small files dealt over 8 worker processes: the median of three passes
+                       after an untimed one (a pass takes a fraction of a second, and passes of
+                       one run differ by a third); the bypass column reads them with
+                       read_many, 64 paths a call
     small-remount-8t   after a remount, the small files once by 8 threads
     small-remount-8p   after another remount, once by 8 processes; the bypass column after a third
     seq-cold           after a wipe, a 1 GiB file (aifs.bench.bigfile) read front to back in 1 MiB reads
@@ -48,7 +50,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -73,6 +75,7 @@ PROCESSES = 8
 BYPASS_BATCH = 64  # paths per read_many call, as a DataLoader worker asks for a batch
 LISTING = 5_000
 WARM_LISTINGS = 5
+WARM_PASSES = 3
 SEQ_IO = 1 * MiB
 BACKED_FILES = 2  # big files' worth of free memory backed after each drop: the reader's pages and the mount's
 PAGE = 4 * KiB
@@ -268,15 +271,17 @@ class _Session:
 
     def in_processes(self, share: Callable[..., Span], row: str, note: str | None = None,
                      warm: bool = False) -> Result:
-        """Files/s of every small file read once, dealt over the worker processes; `warm`: after
-        an untimed pass, which also fills the caches of the workers themselves (their imports)."""
+        """Files/s of every small file read once, dealt over the worker processes; `warm`: the
+        median of WARM_PASSES passes after an untimed one, which also fills the caches of the
+        workers themselves (their imports)."""
         files = smallfiles.shuffled_files(self.ctx)
         size = self.ctx.scaled(smallfiles.FILE_SIZE)
         shares = [(files[i::PROCESSES], size) for i in range(PROCESSES)]
         if warm:
             self.workers.at_once(share, shares)
-        spans = self.workers.at_once(share, shares)
-        return replace(rates(row, spans, "files/s")[row], note=note)
+        passes = [rates(row, self.workers.at_once(share, shares), "files/s")[row].value
+                  for _ in range(WARM_PASSES if warm else 1)]
+        return Result(statistics.median(passes), "files/s", note)
 
 
 def _small_files(s: _Session) -> Rows:
