@@ -7,12 +7,13 @@ The board is a memfd in two parts: slots, then a ring of records. A record is th
 the rest of it, then the answer in fixed-size binary fields (no decoding of maps): the file's
 size, the block size, the blocks (index, offset, length, checksum, segment, at, object), the
 stamp split into the counters it names and the values they must show, and last the path. A
-reader unpacks all but the path in one call of a format made once per shape, into the very tuple it keeps (aifs.client.answers). Each path falls in one slot by the hash of its bytes; the slot holds
-where the newest record of a path falling there is (offset << 24 | length; 0 for none). The
-mount alone writes (records first, then the slot, each slot one aligned 8-byte store); readers
-never lock. What a reader finds is used only when its bytes match their hash and name the path
-asked for: a record overwritten as the ring wrapped, a slot taken by another path, or a record
-being written while read is simply no answer.
+reader unpacks all but the path in one call of a format made once per shape, into the very
+tuple it keeps (aifs.client.answers). Each path falls in one slot by the hash of its bytes;
+the slot holds where the newest record of a path falling there is (offset << 24 | length; 0
+for none). The mount alone writes (records first, then the slot, each slot one aligned 8-byte
+store); readers never lock. What a reader finds is used only when its bytes match their hash
+and name the path asked for: a record overwritten as the ring wrapped, a slot taken by another
+path, or a record being written while read is simply no answer.
 
 An answer on the board is as good as one the reader was sent: used only while the change table
 holds its stamp, its bytes checked against their checksums. It is handed to root readers only,
