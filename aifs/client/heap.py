@@ -2,9 +2,9 @@
 
 A reader holds a batch of files' bytes at once (64 files of 16 KiB are 1 MiB) and lets them
 go together. With glibc's defaults the heap's top is then handed back to the kernel (past
-128 KiB free), and the next batch faults every page in afresh: a third of the time a small
-file takes through the client, more on a virtual machine that returns free pages to its host.
-The thresholds below keep that memory in the heap instead.
+128 KiB free), and the next batch faults every page in afresh, each fault dear on a virtual
+machine that returns free pages to its host (docs/benchmarks.md). The thresholds below keep
+that memory in the heap instead.
 
 A process that chose its own malloc settings (glibc's environment variables or tunables)
 keeps them: setting any of these also turns off glibc's own adjustment of the thresholds.

@@ -61,9 +61,9 @@ class _Segment:
 
 class _HeaderReader:
     """The record headers of a segment, read at start: records smaller than SCAN_WINDOW come
-    many to a read, where one read per header costs a disk access each on a cold page cache
-    (a segment of 16 KiB records took 90 µs a record); after a large record only its header
-    is read, so a segment of whole blocks is not read through."""
+    many to a read, where one read per header costs a disk access each on a cold page cache;
+    after a large record only its header is read, so a segment of whole blocks is not read
+    through."""
 
     SCAN_WINDOW = 64 << 10
 
