@@ -99,7 +99,7 @@ class BoardView:
     def look(self, path: bytes) -> Posted | None:
         """The newest answer posted for `path`, or None; its stamp is still to be checked."""
         layout = self.layout
-        entry = self._slots[checksum(path) & (layout.slots - 1)]
+        entry = self._slots[layout.slot(path)]
         at, length = layout.ring_at + (entry >> LENGTH_BITS), entry & MAX_RECORD
         if length < HEAD.size or at + length > layout.size:
             return None

@@ -110,17 +110,16 @@ class Client:
         results: list[Result | None] = [None] * len(paths)
         by_mount: dict[bytes, list[tuple[int, bytes]]] = {}
         self._drop_dead_connections()
-        place, kept = self._place, {mountpoint: (conn.answers, conn.segments)
-                                    for mountpoint, conn in self._connections.items() if conn.answers is not None}
         remembered = shared = 0
-        for i, path in enumerate(paths):  # the hot loop of a reader: calls and lookups kept few
-            where = place(path)
+        for i, path in enumerate(paths):  # the hot loop of a reader: calls kept few
+            where = self._place(path)
             if where is None:
                 results[i] = self._through_mount(path)
                 continue
             mountpoint, relative = where
-            answers = kept.get(mountpoint)
-            found = answers[0].read(relative, answers[1]) if answers is not None else None
+            conn = self._connections.get(mountpoint)
+            answers = conn.answers if conn is not None else None
+            found = answers.read(relative, conn.segments) if answers is not None else None
             if found is None:
                 by_mount.setdefault(mountpoint, []).append((i, relative))
                 continue
