@@ -2,7 +2,8 @@
 # Install aifs and what it needs on a Debian machine, as root.
 #   bash deploy/install.sh          the filesystem and its CLI
 #   bash deploy/install.sh --test   also the test tools (pytest, hypothesis, moto, torch) and the
-#                                   programs the tests run (git, tar, attr, fincore, setpriv, redis-server)
+#                                   programs the tests run (git, tar, attr, fincore, setpriv, redis-server),
+#                                   and builds the C part in this checkout, whose code the tests run
 #
 # aifs goes into its own virtual environment made with Debian's /usr/bin/python3 (which
 # refuses system-wide pip installs), /opt/aifs by default or $AIFS_PREFIX; `aifs` is linked
@@ -23,14 +24,18 @@ apt-get update -qq
 # python3-pyverbs: RDMA verbs for the flash tier, used when a device is present (aifs.rdma.device
 # loads Debian's copy, which is built for this same /usr/bin/python3);
 # attr, git, tar, diffutils, procps, util-linux: real programs the tests run on the mount;
+# libxxhash-dev: the header the C part of aifs (aifs/bypass/_reader.c) hashes with;
 # redis-server: the shared metadata engine's tests run real servers, replicas and sentinels.
-packages=(python3 python3-venv python3-dev fuse3 libfuse3-dev pkg-config gcc patch python3-pyverbs)
+packages=(python3 python3-venv python3-dev fuse3 libfuse3-dev libxxhash-dev pkg-config gcc patch python3-pyverbs)
 [ -n "$extras" ] && packages+=(attr git tar diffutils procps util-linux redis-server)
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 
 /usr/bin/python3 -m venv "$prefix"
 bash deploy/patches/install-pyfuse3.sh "$prefix"
 "$prefix/bin/python" -m pip install -q --disable-pip-version-check ".${extras}"
+if [ -n "$extras" ]; then  # the tests run this checkout's own code: its C part is built here too
+    "$prefix/bin/python" setup.py -q build_ext --inplace
+fi
 ln -sf "$prefix/bin/aifs" /usr/local/bin/aifs
 
 # mount(8) runs /sbin/mount.fuse.aifs for fstab lines and `mount -t fuse.aifs` (/sbin is

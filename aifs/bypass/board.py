@@ -5,15 +5,17 @@ never be used again.
 
 The board is a memfd in two parts: slots, then a ring of records. A record is the xxh3-64 of
 the rest of it, then the answer in fixed-size binary fields (no decoding of maps): the file's
-size, the block size, the blocks (index, offset, length, checksum, segment, at, object), the
-stamp split into the counters it names and the values they must show, and last the path. A
-reader unpacks all but the path in one call of a format made once per shape, into the very
-tuple it keeps (aifs.client.answers). Each path falls in one slot by the hash of its bytes;
-the slot holds where the newest record of a path falling there is (offset << 24 | length; 0
-for none). The mount alone writes (records first, then the slot, each slot one aligned 8-byte
-store); readers never lock. What a reader finds is used only when its bytes match their hash
-and name the path asked for: a record overwritten as the ring wrapped, a slot taken by another
-path, or a record being written while read is simply no answer.
+size, the block size, then in 8-byte words the blocks (index, offset, length, checksum,
+segment, at, object) and the stamp split into the counters it names and the values they must
+show, and last the path. Each path has two slots by the hash of its bytes (Layout.slots_of):
+the one the mount chose holds where the path's newest record is (offset << 24 | length; 0 for
+none). The mount alone writes (records first, then the slot, each slot one aligned 8-byte
+store); readers never lock. A reader looks in the first slot, then the second, in C
+(aifs/bypass/_reader.c, which reads this same layout): it copies the record, checks it, and
+builds the very tuple it keeps (aifs.client.answers). What a reader finds is used only when
+its bytes match their hash and name the path asked for: a record overwritten as the ring
+wrapped, a slot taken by another path, or a record being written while read is simply no
+answer.
 
 An answer on the board is as good as one the reader was sent: used only while the change table
 holds its stamp, its bytes checked against their checksums. It is handed to root readers only,
@@ -26,6 +28,7 @@ import os
 import struct
 from functools import lru_cache
 
+from aifs.bypass import _reader
 from aifs.bypass.changes import split
 from aifs.bypass.memfd import read_only_view, sealed_memfd
 from aifs.tiers.checksum import checksum
@@ -42,8 +45,7 @@ Posted = tuple[int, int, tuple[tuple, ...], tuple[int, ...], tuple[int, ...]]
 
 @lru_cache(maxsize=256)
 def _shape(blocks: int, counters: int) -> struct.Struct:
-    """The fields after the head of a record of `blocks` blocks and `counters` counters: all
-    8-byte words, so that a format of any size is one repeated code."""
+    """The fields after the head of a record of `blocks` blocks and `counters` counters."""
     return struct.Struct(f"<{FIELDS * blocks + 2 * counters}Q")
 
 
@@ -56,8 +58,11 @@ class Layout:
         self.ring_at = self.slots * 8
         self.ring = size - self.ring_at
 
-    def slot(self, path: bytes) -> int:
-        return checksum(path) & (self.slots - 1)
+    def slots_of(self, path: bytes) -> tuple[int, int]:
+        """The two slots a path may be in: two paths rarely share both, so a board of many
+        paths keeps them all where one slot each would lose one path in every colliding pair."""
+        digest = checksum(path)
+        return digest & (self.slots - 1), (digest >> 32) & (self.slots - 1)
 
 
 class AnswerBoard:
@@ -74,12 +79,36 @@ class AnswerBoard:
         body = _record(path, answer, block_size)
         if len(body) > min(MAX_RECORD, self.layout.ring):
             return  # an answer of that many blocks is asked for again
+        slot = self._slot_for(path)
         if self._end + len(body) > self.layout.ring:
             self._end = 0
         at = self.layout.ring_at + self._end
         self._map[at:at + len(body)] = body
-        self._slots[self.layout.slot(path)] = self._end << LENGTH_BITS | len(body)
+        self._slots[slot] = self._end << LENGTH_BITS | len(body)
         self._end += len(body)
+
+    def _slot_for(self, path: bytes) -> int:
+        """The first of the path's slots that holds it or no whole record, else the one whose
+        record is older (further behind where the next record goes)."""
+        ages = []
+        for slot in self.layout.slots_of(path):
+            entry = self._slots[slot]
+            held = self._path_at(entry >> LENGTH_BITS, entry & MAX_RECORD)
+            if held is None or held == path:
+                return slot
+            ages.append(((self._end - (entry >> LENGTH_BITS)) % self.layout.ring, slot))
+        return max(ages)[1]
+
+    def _path_at(self, offset: int, length: int) -> bytes | None:
+        """The path of the whole record at `offset` in the ring, or None (none, or overwritten)."""
+        at = self.layout.ring_at + offset
+        if length < HEAD.size or at + length > self.layout.size:
+            return None
+        body = self._map[at:at + length]
+        digest, _, _, path_bytes, _, _ = HEAD.unpack_from(body)
+        if path_bytes > length - HEAD.size or checksum(memoryview(body)[8:]) != digest:
+            return None
+        return body[length - path_bytes:]
 
     def close(self) -> None:
         self._slots.release()
@@ -94,35 +123,13 @@ class BoardView:
         """Takes over `fd`."""
         self._map: mmap.mmap = read_only_view(fd)
         self.layout = Layout(len(self._map))
-        self._slots = memoryview(self._map)[:self.layout.ring_at].cast("Q")
 
     def look(self, path: bytes) -> Posted | None:
         """The newest answer posted for `path`, or None; its stamp is still to be checked."""
-        layout = self.layout
-        entry = self._slots[layout.slot(path)]
-        at, length = layout.ring_at + (entry >> LENGTH_BITS), entry & MAX_RECORD
-        if length < HEAD.size or at + length > layout.size:
-            return None
-        body = self._map[at:at + length]  # a copy: what is checked is what is used
-        digest, size, block_size, path_bytes, blocks, counters = HEAD.unpack_from(body)
-        shape = _shape(blocks, counters)
-        if (HEAD.size + shape.size + path_bytes != length or path_bytes != len(path) or not body.endswith(path)
-                or checksum(memoryview(body)[8:]) != digest):
-            return None
-        fields = shape.unpack_from(body, HEAD.size)
-        stamp_at = FIELDS * blocks
-        return (size, block_size, _blocks(fields, stamp_at), fields[stamp_at:stamp_at + counters],
-                fields[stamp_at + counters:])
+        return _reader.look(self._map, self.layout.slots, self.layout.ring_at, path)
 
     def close(self) -> None:
-        self._slots.release()
         self._map.close()
-
-
-def _blocks(fields: tuple[int, ...], end: int) -> tuple[tuple, ...]:
-    if end == FIELDS:  # the common small file
-        return (fields[:FIELDS] + (None,),)
-    return tuple(fields[i:i + FIELDS] + (None,) for i in range(0, end, FIELDS))
 
 
 def _record(path: bytes, answer: dict, block_size: int) -> bytes:

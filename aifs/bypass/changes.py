@@ -17,11 +17,12 @@ the mount's own, so no reader can make another's stale answers look current. A s
 all answers must go (the engine's notices of other nodes' changes were lost for a while).
 """
 
+import mmap
 import os
 import threading
 from collections.abc import Iterable, Sequence
-from operator import itemgetter
 
+from aifs.bypass import _reader
 from aifs.bypass.memfd import read_only_view, sealed_memfd
 from aifs.meta import keys
 from aifs.meta.cached_kv import cacheable
@@ -35,18 +36,18 @@ Stamp = list[int]  # [everything, slot, value, slot, value, ...]
 class _Counters:
     """Stamps checked against the counters: by the mount on its table, by readers on their view."""
 
-    _counters: memoryview
+    map: mmap.mmap  # the counters, for aifs.bypass._reader
 
     def shows(self, slots: tuple[int, ...], values: tuple[int, ...]) -> bool:
         """Whether the counters at `slots` still show `values` (a stamp, split): nothing the
-        answer was built from has changed since. The counters are fetched in one call."""
-        return itemgetter(*slots)(self._counters) == values
+        answer was built from has changed since."""
+        return _reader.shows(self.map, slots, values)
 
 
 class ChangeTable(_Counters):
     def __init__(self) -> None:
-        self.fd, self._map = sealed_memfd("aifs-changes", (HEADER + BUCKETS) * 8, allocate=True)
-        self._counters = memoryview(self._map).cast("Q")
+        self.fd, self.map = sealed_memfd("aifs-changes", (HEADER + BUCKETS) * 8, allocate=True)
+        self._counters = memoryview(self.map).cast("Q")
         self._lock = threading.Lock()
 
     @staticmethod
@@ -91,7 +92,7 @@ class ChangeTable(_Counters):
 
     def close(self) -> None:
         self._counters.release()
-        self._map.close()
+        self.map.close()
         os.close(self.fd)
 
 
@@ -100,12 +101,10 @@ class ChangeView(_Counters):
 
     def __init__(self, fd: int) -> None:
         """Takes over `fd`."""
-        self._map = read_only_view(fd)
-        self._counters = memoryview(self._map).cast("Q")
+        self.map = read_only_view(fd)
 
     def close(self) -> None:
-        self._counters.release()
-        self._map.close()
+        self.map.close()
 
 
 def split(stamp: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -11,9 +11,10 @@ asked again.
 
 from collections.abc import Sequence
 
+from aifs.bypass import _reader
 from aifs.bypass.board import BoardView
 from aifs.bypass.changes import ChangeView, split
-from aifs.client.assemble import Block, Mismatch, assemble
+from aifs.client.assemble import Block
 from aifs.client.segments import SegmentFiles
 
 MAX_KEPT = 200_000  # answers per connection; the oldest go first
@@ -52,11 +53,9 @@ class Answers:
             kept = self.board.look(relative) if self.board is not None else None
             if kept is None:
                 return None
-        size, block_size, blocks, slots, values = kept
-        try:  # None when the answer no longer holds
-            data = assemble(size, block_size, blocks, segments) if self.view.shows(slots, values) else None
-        except Mismatch:  # its bytes do not match: the segment was closed here, or its record changed
-            data = None
+        # None when the answer no longer holds, or its bytes do not match (the segment was
+        # closed here, or its record changed)
+        data = _reader.read(kept, self.view.map, segments.fds)
         if data is None:
             self._kept.pop(relative, None)
             return None

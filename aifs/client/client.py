@@ -141,7 +141,7 @@ class Client:
             raw = os.path.join(os.getcwdb(), raw)
         if raw.endswith(b"/"):
             return None
-        if b"/." in raw or b"//" in raw:
+        if raw.find(b"/.") >= 0 or raw.find(b"//") >= 0:  # not `in`, which first tries an int and fails
             if b".." in raw.split(b"/"):
                 return None
             raw = os.path.normpath(raw)
@@ -194,7 +194,7 @@ class Client:
             return _AGAIN
         conn, blocks = self._connections[mountpoint], blocks_of(answer)
         try:
-            data = assemble(answer["size"], reply["block_size"], blocks, conn.segments)
+            data = assemble(answer["size"], reply["block_size"], blocks, conn.segments.fds)
         except Mismatch as e:
             if e.segment is not None:
                 conn.segments.drop(e.segment)

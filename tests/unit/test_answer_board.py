@@ -40,14 +40,27 @@ def test_the_newest_answer_posted_for_a_path_is_found(board):
     assert view.look(b"a/c") is None
 
 
-def test_a_path_whose_slot_another_path_took_has_no_answer(board):
+def test_paths_that_share_a_slot_all_keep_their_answers(board):
     made, view = board
-    slot = made.layout.slot(b"first")
-    other = next(p for i in range(1_000_000) if made.layout.slot(p := b"p%d" % i) == slot)
-    made.post(b"first", answer(1), 65536)
-    made.post(other, answer(2), 65536)
-    assert view.look(b"first") is None
-    assert view.look(other) == found(2)
+    paths = [b"dir/%05d" % i for i in range(1000)]  # with one slot each, about 15 would share one
+    for i, path in enumerate(paths):
+        made.post(path, answer(i), 65536)
+    assert [view.look(path) for path in paths] == [found(i) for i in range(len(paths))]
+
+
+def test_a_path_whose_two_slots_others_took_displaces_the_older_answer():
+    made = AnswerBoard(4096)  # 128 slots: paths sharing both of another path's slots are easy to find
+    view = BoardView(os.dup(made.fd))
+    try:
+        first, second = made.layout.slots_of(b"old")
+        beside = next(p for i in range(100_000) if made.layout.slots_of(p := b"b%d" % i)[0] == second)
+        newer = next(p for i in range(1_000_000) if made.layout.slots_of(p := b"n%d" % i) == (first, second))
+        for n, path in enumerate((b"old", beside, newer)):
+            made.post(path, answer(n), 65536)
+        assert (view.look(b"old"), view.look(beside), view.look(newer)) == (None, found(1), found(2))
+    finally:
+        view.close()
+        made.close()
 
 
 def test_answers_overwritten_as_the_ring_wraps_are_gone_and_the_rest_right(board):
@@ -63,7 +76,7 @@ def test_answers_overwritten_as_the_ring_wraps_are_gone_and_the_rest_right(board
 def test_a_record_whose_bytes_changed_under_the_reader_is_no_answer(board):
     made, view = board
     made.post(b"a", answer(1), 65536)
-    at = made.layout.ring_at + (made._slots[made.layout.slot(b"a")] >> 24)
+    at = made.layout.ring_at + (made._slots[made.layout.slots_of(b"a")[0]] >> 24)
     made._map[at + 20] ^= 0xFF
     assert view.look(b"a") is None
 
