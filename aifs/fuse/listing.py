@@ -16,7 +16,6 @@ leaves no million inodes in the kernel; a later stat of such a name is one looku
 
 from collections.abc import Iterator
 from itertools import islice
-from typing import NamedTuple
 
 from aifs.meta import Inode
 from aifs.vfs.volume import Volume
@@ -25,12 +24,11 @@ DOTS = 2
 BATCH = 256  # names whose attributes one engine request fetches
 
 
-class Entry(NamedTuple):
-    name: bytes
-    ino: int
-    node: Inode | None  # None: the entry goes out without attributes
-    kind: int  # its mode, or at least the mode's S_IFMT bits: all the kernel learns without `node`
-    next_id: int  # the offset of the entry after it
+# (name, inode, its attributes or None to go out without them, its mode or at least the
+# mode's S_IFMT bits (all the kernel learns without attributes), the offset of the entry
+# after it): a plain tuple, since a listing makes one per name and a named tuple costs a
+# Python-level constructor call each
+Entry = tuple[bytes, int, Inode | None, int, int]
 
 
 class DirListing:
@@ -44,22 +42,28 @@ class DirListing:
         if start_id <= 1:
             node = vol.getattr(self.ino)
             if start_id == 0:
-                yield Entry(b".", self.ino, node, node.mode, 1)
-            yield Entry(b"..", node.parent, vol.getattr(node.parent), node.mode, DOTS)
+                yield b".", self.ino, node, node.mode, 1
+            yield b"..", node.parent, vol.getattr(node.parent), node.mode, DOTS
         del self.names[max(start_id, DOTS) - DOTS:]
         scan = vol.meta.listing(self.ino, self.names[-1] if self.names else None)
+        names = self.names
         while chunk := list(islice(scan, BATCH)):
-            with_attributes = self.attributed - len(self.names)
-            wanted = [ino for i, (_, ino, kind) in enumerate(chunk) if i < with_attributes or kind is None]
-            nodes = dict(zip(wanted, vol.getattrs(wanted))) if wanted else {}
+            nodes = self._attributes(vol, chunk)
             for name, ino, kind in chunk:
-                node = nodes.get(ino)
-                if node is None and ino in nodes:
+                node = nodes.get(ino) if nodes else None
+                if node is None and nodes and ino in nodes:
                     continue
-                self.names.append(name)
-                yield Entry(name, ino, node, kind if node is None else node.mode, len(self.names) + DOTS)
+                names.append(name)
+                yield name, ino, node, kind if node is None else node.mode, len(names) + DOTS
+
+    def _attributes(self, vol: Volume, chunk: list[tuple[bytes, int, int | None]]) -> dict[int, Inode | None]:
+        """The attributes of the chunk's entries that go out with them (None: the inode is
+        gone), by inode; empty when none does, as past the first entries of a listing."""
+        with_attributes = self.attributed - len(self.names)
+        wanted = [ino for i, (_, ino, kind) in enumerate(chunk) if i < with_attributes or kind is None]
+        return dict(zip(wanted, vol.getattrs(wanted))) if wanted else {}
 
     def unsent(self, entry: Entry) -> None:
         """The kernel had no room for this entry: the next request starts with it."""
-        if entry.name not in (b".", b".."):
+        if entry[0] not in (b".", b".."):
             self.names.pop()

@@ -40,6 +40,7 @@ def opendir_reply(fh: int) -> pyfuse3.FileInfo | int:
 
 def entry_reply(token: pyfuse3.ReaddirToken, entry: Entry, timeouts: Timeouts) -> bool:
     """Add one listing entry to the reply; False when the reply has no room left for it."""
-    if entry.node is None:
-        return pyfuse3.readdir_name_reply(token, entry.name, entry.ino, entry.kind, entry.next_id)
-    return pyfuse3.readdir_reply(token, entry.name, entry_attributes(entry.ino, entry.node, timeouts), entry.next_id)
+    name, ino, node, kind, next_id = entry
+    if node is None:
+        return pyfuse3.readdir_name_reply(token, name, ino, kind, next_id)
+    return pyfuse3.readdir_reply(token, name, entry_attributes(ino, node, timeouts), next_id)

@@ -132,9 +132,10 @@ class MetaEngine(BlockMapOps, PackOps, XattrOps, PinOps):
         """`readdir` with each entry's file type (S_IFMT bits), None where the entry does not record it."""
         prefix = keys.dentry_prefix(parent)
         start = None if after is None else prefix + after + b"\0"
-        skip = len(prefix)
+        skip, read_entry = len(prefix), keys.read_entry
         for key, value in self.kv.scan(prefix, start):
-            yield key[skip:], *keys.read_entry(value)
+            ino, kind = read_entry(value)
+            yield key[skip:], ino, kind
 
     def readlink(self, ino: int) -> bytes:
         target = self.kv.get(keys.symlink(ino))
