@@ -140,12 +140,12 @@ static int counters_show(PyObject *table, PyObject *slots, PyObject *values) {
     Py_buffer counters;
     if (PyObject_GetBuffer(table, &counters, PyBUF_SIMPLE) < 0) return -1;
     int shown = 1;
-    Py_ssize_t count = counters.len / 8;
+    uint64_t count = (uint64_t)counters.len / 8;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots) && shown == 1; i++) {
-        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
-        unsigned long long value = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(values, i));
+        uint64_t slot = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(slots, i));
+        uint64_t value = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(values, i));
         if (PyErr_Occurred()) shown = -1;
-        else if (slot < 0 || slot >= count) shown = 0;
+        else if (slot >= count) shown = 0;
         else shown = shared64((const unsigned char *)counters.buf + 8 * slot) == value;
     }
     PyBuffer_Release(&counters);

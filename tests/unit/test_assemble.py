@@ -87,7 +87,8 @@ def test_a_kept_answer_reads_only_while_its_counters_show_its_values(segment):
     counters[8 * 3] = 6
     assert _reader.read(kept, counters, fds) is None
     assert not _reader.shows(counters, (1, 3), (0, 5))
-    assert not _reader.shows(counters, (1, 16), (0, 0))  # a counter the table does not have
+    assert not _reader.shows(counters, (1, 16), (0, 0))  # counters the table does not have
+    assert not _reader.shows(counters, (1, 2**64 - 1), (0, 0))
     assert _reader.read(kept[:2] + ((block(0, objects, 1, wrong=True)),) + kept[3:], counters, fds) is None
 
 
