@@ -99,33 +99,34 @@ static PyObject *record_in(const unsigned char *map, uint64_t size, uint64_t rin
     return result;
 }
 
-static PyObject *look(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer board;
-    Py_ssize_t slots, ring_at;
+/* The kept answer of the newest whole record posted for `path` on `board` (a map of the given
+ * layout), else None; NULL on error. */
+static PyObject *board_look(PyObject *board_object, PyObject *slots_object, PyObject *ring_at_object,
+                            PyObject *path_object) {
+    Py_ssize_t slots = PyLong_AsSsize_t(slots_object), ring_at = PyLong_AsSsize_t(ring_at_object);
     const char *path;
     Py_ssize_t path_length;
-    if (!arguments("look", nargs, 4)) return NULL;
-    slots = PyLong_AsSsize_t(args[1]);
-    ring_at = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred()) return NULL;
-    if (PyBytes_AsStringAndSize(args[3], (char **)&path, &path_length) < 0) return NULL;
-    if (PyObject_GetBuffer(args[0], &board, PyBUF_SIMPLE) < 0) return NULL;
+    Py_buffer board;
+    if (PyErr_Occurred() || PyBytes_AsStringAndSize(path_object, (char **)&path, &path_length) < 0) return NULL;
+    if (PyObject_GetBuffer(board_object, &board, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = Py_NewRef(Py_None);
-    const unsigned char *map = board.buf;
     if (slots <= 0 || (slots & (slots - 1)) != 0 || ring_at != slots * 8 || ring_at > board.len) {
         PyErr_SetString(PyExc_ValueError, "the board's layout does not fit its map");
         Py_CLEAR(result);
-        goto done;
     }
     uint64_t digest = XXH3_64bits(path, (size_t)path_length), mask = (uint64_t)(slots - 1);
     uint64_t candidates[2] = {digest & mask, (digest >> 32) & mask}; /* Layout.slots_of */
     for (int i = 0; i < 2 && result == Py_None; i++) {
         Py_DECREF(result);
-        result = record_in(map, (uint64_t)board.len, (uint64_t)ring_at, candidates[i], path, path_length);
+        result = record_in(board.buf, (uint64_t)board.len, (uint64_t)ring_at, candidates[i], path, path_length);
     }
-done:
     PyBuffer_Release(&board);
     return result;
+}
+
+static PyObject *look(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (!arguments("look", nargs, 4)) return NULL;
+    return board_look(args[0], args[1], args[2], args[3]);
 }
 
 /* -- the change table ----------------------------------------------------------------------- */
@@ -279,19 +280,75 @@ static PyObject *assemble(PyObject *module, PyObject *const *args, Py_ssize_t na
     return assembled(args[0], args[1], args[2], args[3]);
 }
 
-static PyObject *read_kept(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (!arguments("read", nargs, 3)) return NULL;
-    PyObject *kept = args[0];
+/* The file's bytes by a kept answer, or None when it no longer holds (its stamp, or its bytes);
+ * NULL on error. */
+static PyObject *kept_bytes(PyObject *kept, PyObject *counters, PyObject *fds) {
     if (!PyTuple_Check(kept) || PyTuple_GET_SIZE(kept) != 5) {
         PyErr_SetString(PyExc_TypeError, "a kept answer is (size, block size, blocks, counters, values)");
         return NULL;
     }
-    int shown = counters_show(args[1], PyTuple_GET_ITEM(kept, 3), PyTuple_GET_ITEM(kept, 4));
+    int shown = counters_show(counters, PyTuple_GET_ITEM(kept, 3), PyTuple_GET_ITEM(kept, 4));
     if (shown <= 0) return shown < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *data = assembled(PyTuple_GET_ITEM(kept, 0), PyTuple_GET_ITEM(kept, 1), PyTuple_GET_ITEM(kept, 2), args[2]);
+    PyObject *data = assembled(PyTuple_GET_ITEM(kept, 0), PyTuple_GET_ITEM(kept, 1), PyTuple_GET_ITEM(kept, 2), fds);
     if (data == NULL || PyBytes_Check(data)) return data;
     Py_DECREF(data);
     Py_RETURN_NONE;
+}
+
+/* Keeps `answer` for `path` as the newest of `kept`, which holds at most `most` (the oldest go). */
+static int hold(PyObject *kept, PyObject *path, PyObject *answer, Py_ssize_t most) {
+    if (PyDict_SetItem(kept, path, answer) < 0) return -1;
+    while (PyDict_GET_SIZE(kept) > most) {
+        Py_ssize_t at = 0;
+        PyObject *oldest, *value;
+        if (!PyDict_Next(kept, &at, &oldest, &value)) break;
+        Py_INCREF(oldest);
+        int deleted = PyDict_DelItem(kept, oldest);
+        Py_DECREF(oldest);
+        if (deleted < 0) return -1;
+    }
+    return 0;
+}
+
+/* answer(kept, board, slots, ring_at, counters, fds, most, path): see aifs.client.answers. */
+static PyObject *hold_answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (!arguments("hold", nargs, 4)) return NULL;
+    Py_ssize_t most = PyLong_AsSsize_t(args[3]);
+    if (most == -1 && PyErr_Occurred()) return NULL;
+    if (!PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "kept answers are a dict");
+        return NULL;
+    }
+    if (hold(args[0], args[1], args[2], most) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (!arguments("answer", nargs, 8)) return NULL;
+    PyObject *kept = args[0], *path = args[7];
+    Py_ssize_t most = PyLong_AsSsize_t(args[6]);
+    if (most == -1 && PyErr_Occurred()) return NULL;
+    if (!PyDict_Check(kept)) {
+        PyErr_SetString(PyExc_TypeError, "kept answers are a dict");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(kept, path);
+    if (found == NULL && PyErr_Occurred()) return NULL;
+    int posted = found == NULL;
+    if (!posted) Py_INCREF(found);
+    else if (args[1] == Py_None || (found = board_look(args[1], args[2], args[3], path)) == Py_None) {
+        Py_XDECREF(found);
+        Py_RETURN_NONE;
+    }
+    if (found == NULL) return NULL;
+    PyObject *data = kept_bytes(found, args[4], args[5]), *result = NULL;
+    if (data == Py_None && !posted && PyDict_DelItem(kept, path) < 0) Py_CLEAR(data);
+    if (data == Py_None) result = Py_NewRef(Py_None);
+    else if (data != NULL && (!posted || hold(kept, path, found, most) == 0))
+        result = PyTuple_Pack(2, data, posted ? Py_True : Py_False);
+    Py_XDECREF(data);
+    Py_DECREF(found);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -301,8 +358,10 @@ static PyMethodDef methods[] = {
      "shows(counters, slots, values): whether the counters at slots still show values"},
     {"assemble", (PyCFunction)(void (*)(void))assemble, METH_FASTCALL,
      "assemble(size, block_size, blocks, fds): the file's bytes, or (segment,) of an object that does not match"},
-    {"read", (PyCFunction)(void (*)(void))read_kept, METH_FASTCALL,
-     "read(kept, counters, fds): the file's bytes by a kept answer, or None when it no longer holds"},
+    {"hold", (PyCFunction)(void (*)(void))hold_answer, METH_FASTCALL,
+     "hold(kept, path, answer, most): keep answer for path as the newest, at most most answers"},
+    {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL,
+     "answer(kept, board, slots, ring_at, counters, fds, most, path): (bytes, posted) by a kept or posted answer, or None"},
     {NULL, NULL, 0, NULL},
 };
 

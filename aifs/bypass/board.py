@@ -121,15 +121,15 @@ class BoardView:
 
     def __init__(self, fd: int) -> None:
         """Takes over `fd`."""
-        self._map: mmap.mmap = read_only_view(fd)
-        self.layout = Layout(len(self._map))
+        self.map: mmap.mmap = read_only_view(fd)
+        self.layout = Layout(len(self.map))
 
     def look(self, path: bytes) -> Posted | None:
         """The newest answer posted for `path`, or None; its stamp is still to be checked."""
-        return _reader.look(self._map, self.layout.slots, self.layout.ring_at, path)
+        return _reader.look(self.map, self.layout.slots, self.layout.ring_at, path)
 
     def close(self) -> None:
-        self._map.close()
+        self.map.close()
 
 
 def _record(path: bytes, answer: dict, block_size: int) -> bytes:

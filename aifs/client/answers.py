@@ -9,7 +9,8 @@ so a segment record dropped or reused since is noticed: the answer is forgotten 
 asked again.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from aifs.bypass import _reader
 from aifs.bypass.board import BoardView
@@ -27,41 +28,27 @@ Kept = tuple[int, int, tuple[Block, ...], tuple[int, ...], tuple[int, ...]]
 
 
 class Answers:
-    def __init__(self, view: ChangeView, board: BoardView | None) -> None:
+    """`read(relative)`: the file's bytes by a kept answer that still holds, and whether it
+    was another reader's (from the board); None when the mount must be asked. An answer that
+    no longer holds (its stamp moved, or its bytes do not match: the segment was closed here,
+    or its record changed) is forgotten. A board answer naming a segment this reader was not
+    handed fails its checksum like any other: the mount hands that segment over with its next
+    answer that needs it. A posted answer that holds is kept as the reader's own. `read` is
+    the C function bound to this connection's tables (aifs/bypass/_reader.c): it is called
+    for every file, and a Python method around it cost as much as the work itself."""
+
+    def __init__(self, view: ChangeView, board: BoardView | None, segments: SegmentFiles) -> None:
         self.view = view
         self.board = board
         self._kept: dict[bytes, Kept] = {}
+        layout = (board.map, board.layout.slots, board.layout.ring_at) if board is not None else (None, 0, 0)
+        self.read: Callable[[bytes], tuple[bytes, bool] | None] = partial(
+            _reader.answer, self._kept, *layout, view.map, segments.fds, MAX_KEPT)
 
     def keep(self, relative: bytes, size: int, block_size: int, blocks: tuple[Block, ...],
              stamp: Sequence[int]) -> None:
         self._kept.pop(relative, None)
-        self._hold(relative, (size, block_size, blocks, *split(stamp)))
-
-    def _hold(self, relative: bytes, kept: Kept) -> None:
-        self._kept[relative] = kept
-        if len(self._kept) > MAX_KEPT:
-            del self._kept[next(iter(self._kept))]
-
-    def read(self, relative: bytes, segments: SegmentFiles) -> tuple[bytes, bool] | None:
-        """The file's bytes by a kept answer that still holds, and whether it was another reader's
-        (from the board); None when the mount must be asked. A board answer naming a segment
-        this reader was not handed fails its checksum like any other: the mount hands that
-        segment over with its next answer that needs it."""
-        kept = self._kept.get(relative)
-        posted = kept is None
-        if posted:
-            kept = self.board.look(relative) if self.board is not None else None
-            if kept is None:
-                return None
-        # None when the answer no longer holds, or its bytes do not match (the segment was
-        # closed here, or its record changed)
-        data = _reader.read(kept, self.view.map, segments.fds)
-        if data is None:
-            self._kept.pop(relative, None)
-            return None
-        if posted:
-            self._hold(relative, kept)
-        return data, posted
+        _reader.hold(self._kept, relative, (size, block_size, blocks, *split(stamp)), MAX_KEPT)
 
     def close(self) -> None:
         self._kept.clear()

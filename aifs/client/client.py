@@ -119,7 +119,7 @@ class Client:
             mountpoint, relative = where
             conn = self._connections.get(mountpoint)
             answers = conn.answers if conn is not None else None
-            found = answers.read(relative, conn.segments) if answers is not None else None
+            found = answers.read(relative) if answers is not None else None
             if found is None:
                 by_mount.setdefault(mountpoint, []).append((i, relative))
                 continue

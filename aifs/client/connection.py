@@ -59,7 +59,7 @@ class Connection:
             _close_all(fds)
             raise
         if shared:
-            self.answers = Answers(ChangeView(fds[0]), BoardView(fds[1]) if shared == 2 else None)
+            self.answers = Answers(ChangeView(fds[0]), BoardView(fds[1]) if shared == 2 else None, self.segments)
         self.segments.received(numbers, fds[shared:])
         return reply
 

@@ -91,7 +91,7 @@ def test_an_answer_too_large_for_the_ring_is_not_posted(board):
 def test_readers_cannot_write_the_board(board):
     made, view = board
     with pytest.raises(TypeError):
-        view._map[0] = 1
+        view.map[0] = 1
     fd = os.dup(made.fd)
     try:
         with pytest.raises(PermissionError) as caught:

@@ -4,11 +4,14 @@ whatever reason, is never returned but named by its segment."""
 
 import mmap
 import os
+from functools import partial
 
 import pytest
 
 from aifs.bypass import _reader
+from aifs.bypass.board import AnswerBoard, BoardView
 from aifs.client.assemble import Mismatch, assemble
+from aifs.config.models import MiB
 from aifs.tiers.checksum import checksum
 
 SEGMENT = 7
@@ -81,15 +84,49 @@ def test_a_kept_answer_reads_only_while_its_counters_show_its_values(segment):
     objects, fds = segment
     counters = mmap.mmap(-1, 8 * 16)
     counters[8 * 3:8 * 4] = (5).to_bytes(8, "little")
-    kept = (1024, 4096, (block(0, objects, 1),), (1, 3), (0, 5))
-    assert _reader.read(kept, counters, fds) == objects[1]
+    kept = {b"f": (1024, 4096, (block(0, objects, 1),), (1, 3), (0, 5))}
+    answer = partial(_reader.answer, kept, None, 0, 0, counters, fds, 10)
+    assert answer(b"f") == (objects[1], False)
+    assert answer(b"other") is None
     assert _reader.shows(counters, (1, 3), (0, 5))
     counters[8 * 3] = 6
-    assert _reader.read(kept, counters, fds) is None
+    assert answer(b"f") is None and not kept  # forgotten
     assert not _reader.shows(counters, (1, 3), (0, 5))
     assert not _reader.shows(counters, (1, 16), (0, 0))  # counters the table does not have
     assert not _reader.shows(counters, (1, 2**64 - 1), (0, 0))
-    assert _reader.read(kept[:2] + ((block(0, objects, 1, wrong=True)),) + kept[3:], counters, fds) is None
+
+
+def test_a_kept_answer_whose_bytes_no_longer_match_is_forgotten(segment):
+    objects, fds = segment
+    kept = {b"f": (1024, 4096, (block(0, objects, 1, wrong=True),), (1,), (0,))}
+    assert _reader.answer(kept, None, 0, 0, mmap.mmap(-1, 16), fds, 10, b"f") is None and not kept
+
+
+def test_a_posted_answer_that_holds_is_read_and_kept_as_the_readers_own(segment):
+    objects, fds = segment
+    board = AnswerBoard(1 * MiB)
+    view = BoardView(os.dup(board.fd))
+    try:
+        at = len(objects[0])
+        answer = {"size": 1024, "stamp": [0, 3, 5], "blocks": [{"index": 0, "offset": 0, "length": 1024,
+                  "checksum": checksum(objects[1]), "segment": SEGMENT, "at": at, "object": 1024}]}
+        board.post(b"f", answer, 4096)
+        counters, kept = mmap.mmap(-1, 8 * 16), {}
+        counters[8 * 3:8 * 4] = (5).to_bytes(8, "little")
+        read = partial(_reader.answer, kept, view.map, view.layout.slots, view.layout.ring_at, counters, fds, 10)
+        assert read(b"f") == (objects[1], True)
+        assert read(b"f") == (objects[1], False) and list(kept) == [b"f"]
+        assert read(b"g") is None
+    finally:
+        view.close()
+        board.close()
+
+
+def test_the_oldest_kept_answers_make_room():
+    kept: dict = {}
+    for n in range(5):
+        _reader.hold(kept, b"%d" % n, (n,), 3)
+    assert list(kept) == [b"2", b"3", b"4"]
 
 
 def test_a_layout_that_does_not_fit_the_board_is_refused():
