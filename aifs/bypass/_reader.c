@@ -1,7 +1,7 @@
-/* The per-file work of a data socket reader (aifs.client), in C: finding an answer on the
- * mount's answer board, checking its stamp against the change table, and assembling the file
- * from its blocks, every object checked against its checksum. In Python these steps cost a
- * reader several times the pread of a small file itself; here they cost a fraction of it.
+/* The per-file work of a data socket reader (aifs.client), in C: finding its own answer or one
+ * on the mount's answer board, checking its stamp against the change table, assembling the
+ * file from its blocks, every object checked against its checksum, and keeping the answer.
+ * In Python these steps cost a reader more than the pread of a small file itself.
  *
  * The formats are those the Python side writes: the board record of aifs.bypass.board, the
  * counters of aifs.bypass.changes, the block tuples of aifs.client.assemble. Nothing here
@@ -310,7 +310,6 @@ static int hold(PyObject *kept, PyObject *path, PyObject *answer, Py_ssize_t mos
     return 0;
 }
 
-/* answer(kept, board, slots, ring_at, counters, fds, most, path): see aifs.client.answers. */
 static PyObject *hold_answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (!arguments("hold", nargs, 4)) return NULL;
     Py_ssize_t most = PyLong_AsSsize_t(args[3]);
@@ -323,6 +322,7 @@ static PyObject *hold_answer(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* answer(kept, board, slots, ring_at, counters, fds, most, path): see aifs.client.answers. */
 static PyObject *answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (!arguments("answer", nargs, 8)) return NULL;
     PyObject *kept = args[0], *path = args[7];
@@ -359,7 +359,7 @@ static PyMethodDef methods[] = {
     {"assemble", (PyCFunction)(void (*)(void))assemble, METH_FASTCALL,
      "assemble(size, block_size, blocks, fds): the file's bytes, or (segment,) of an object that does not match"},
     {"hold", (PyCFunction)(void (*)(void))hold_answer, METH_FASTCALL,
-     "hold(kept, path, answer, most): keep answer for path as the newest, at most most answers"},
+     "hold(kept, path, answer, most): keep answer for path as the newest; the oldest go past most"},
     {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL,
      "answer(kept, board, slots, ring_at, counters, fds, most, path): (bytes, posted) by a kept or posted answer, or None"},
     {NULL, NULL, 0, NULL},
@@ -367,7 +367,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "aifs.bypass._reader",
-    "The per-file work of a data socket reader: board look, stamp check, file assembly.", -1, methods,
+    "The per-file work of a data socket reader: its answers, the board, the stamp check, the file's bytes.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC PyInit__reader(void) { return PyModule_Create(&module); }
