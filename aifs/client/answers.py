@@ -34,8 +34,8 @@ class Answers:
     or its record changed) is forgotten. A board answer naming a segment this reader was not
     handed fails its checksum like any other: the mount hands that segment over with its next
     answer that needs it. A posted answer that holds is kept as the reader's own. `read` is
-    the C function bound to this connection's tables (aifs/bypass/_reader.c): it is called
-    for every file, and a Python method around it cost as much as the work itself."""
+    the C function bound to this connection's tables (aifs/bypass/_reader.c): it runs for
+    every file read, and a Python method around it made every such read measurably slower."""
 
     def __init__(self, view: ChangeView, board: BoardView | None, segments: SegmentFiles) -> None:
         self.view = view
