@@ -125,9 +125,16 @@ def start_replica(directory: Path, primary: RedisServer) -> RedisServer:
         client.config_set("repl-diskless-sync-delay", 0)  # no waiting for more replicas to join
     replica = RedisServer(directory, None, "--replicaof", "127.0.0.1", str(primary.port))
     replica.start()
-    wait_until(lambda: replication(replica).get("master_link_status") == "up",
+    wait_until(lambda: replication(replica).get("master_link_status") == "up" and _streams_to(primary, replica),
                f"the replica on port {replica.port} to sync with port {primary.port}")
     return replica
+
+
+def _streams_to(primary: RedisServer, replica: RedisServer) -> bool:
+    """Whether the primary counts the replica as online, as its ROLE and WAIT do: the
+    replica's own link is up a moment before, while the primary awaits its first ack."""
+    return any(isinstance(entry, dict) and str(entry.get("port")) == str(replica.port) and entry.get("state") == "online"
+               for entry in replication(primary).values())
 
 
 class SentinelServer(RedisServer):
