@@ -50,8 +50,8 @@ class DirListing:
         while chunk := list(islice(scan, BATCH)):
             nodes = self._attributes(vol, chunk)
             for name, ino, kind in chunk:
-                node = nodes.get(ino) if nodes else None
-                if node is None and nodes and ino in nodes:
+                node = nodes.get(ino)
+                if node is None and ino in nodes:
                     continue
                 names.append(name)
                 yield name, ino, node, kind if node is None else node.mode, len(names) + DOTS
