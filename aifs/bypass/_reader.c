@@ -310,28 +310,27 @@ static int hold(PyObject *kept, PyObject *path, PyObject *answer, Py_ssize_t mos
     return 0;
 }
 
+/* 1 when `kept` is a dict and `most_object` an int, stored in *most; 0 with an exception set. */
+static int kept_arguments(PyObject *kept, PyObject *most_object, Py_ssize_t *most) {
+    *most = PyLong_AsSsize_t(most_object);
+    if (*most == -1 && PyErr_Occurred()) return 0;
+    if (PyDict_Check(kept)) return 1;
+    PyErr_SetString(PyExc_TypeError, "kept answers are a dict");
+    return 0;
+}
+
 static PyObject *hold_answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (!arguments("hold", nargs, 4)) return NULL;
-    Py_ssize_t most = PyLong_AsSsize_t(args[3]);
-    if (most == -1 && PyErr_Occurred()) return NULL;
-    if (!PyDict_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "kept answers are a dict");
-        return NULL;
-    }
+    Py_ssize_t most;
+    if (!arguments("hold", nargs, 4) || !kept_arguments(args[0], args[3], &most)) return NULL;
     if (hold(args[0], args[1], args[2], most) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 /* answer(kept, board, slots, ring_at, counters, fds, most, path): see aifs.client.answers. */
 static PyObject *answer(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (!arguments("answer", nargs, 8)) return NULL;
+    Py_ssize_t most;
+    if (!arguments("answer", nargs, 8) || !kept_arguments(args[0], args[6], &most)) return NULL;
     PyObject *kept = args[0], *path = args[7];
-    Py_ssize_t most = PyLong_AsSsize_t(args[6]);
-    if (most == -1 && PyErr_Occurred()) return NULL;
-    if (!PyDict_Check(kept)) {
-        PyErr_SetString(PyExc_TypeError, "kept answers are a dict");
-        return NULL;
-    }
     PyObject *found = PyDict_GetItemWithError(kept, path);
     if (found == NULL && PyErr_Occurred()) return NULL;
     int posted = found == NULL;
