@@ -20,6 +20,7 @@ from aifs.tiers.checksum import Buffer
 
 PAGE = 4096
 DIRECT_MIN = 1 << 20  # smaller records go through the page cache: they are few bytes, often read soon
+WINDOW = 8 << 20  # the most one O_DIRECT append writes at once, in pages
 
 
 def round_up(n: int) -> int:
@@ -66,22 +67,36 @@ class DirectAppender:
                scratch: AlignedScratch) -> None:
         """Write `parts` end to end from file offset `start` (the segment's end), taking the
         bytes before it in its page from memory or from `read(length, offset)`; raises
-        OSError(EINVAL) when the file system turns out not to take O_DIRECT writes."""
+        OSError(EINVAL) when the file system turns out not to take O_DIRECT writes.
+
+        The pages go out through WINDOW bytes of `scratch`, a write each time it fills: a run
+        of any size maps and faults in the same memory, once."""
         page = round_down(start)
         head = start - page
         total = head + sum(map(len, parts))
-        span = round_up(total)
-        view = scratch.view(span)
-        view[:head] = self._tail if page == self._tail_page else read(head, page)
-        pos = head
-        for part in parts:
-            view[pos:pos + len(part)] = part
-            pos += len(part)
-        view[total:span] = bytes(span - total)
-        if os.pwritev(self.fd, [view], page) != span:
+        window = scratch.view(WINDOW)
+        tail = self._tail if page == self._tail_page else read(head, page)
+        offset, filled = page, 0
+        for piece in (tail, *parts, bytes(round_up(total) - total)):
+            piece = memoryview(piece)
+            while piece:
+                taken = min(len(piece), WINDOW - filled)
+                window[filled:filled + taken] = piece[:taken]
+                filled, piece = filled + taken, piece[taken:]
+                if filled == WINDOW:
+                    self._write(window, offset)
+                    offset, filled = offset + WINDOW, 0
+        if filled:
+            self._write(window[:filled], offset)
+        else:
+            offset -= WINDOW
+        # `offset` is where the last write began; the run's last page is in the window
+        last = round_down(page + total) - offset
+        self._tail_page, self._tail = offset + last, bytes(window[last:page + total - offset])
+
+    def _write(self, pages: memoryview, offset: int) -> None:
+        if os.pwritev(self.fd, [pages], offset) != len(pages):
             raise OSError(errno.ENOSPC, "short write to an NVMe segment")
-        end_page = round_down(page + total)
-        self._tail_page, self._tail = end_page, bytes(view[end_page - page:total])
 
     def forget_from(self, offset: int) -> None:
         """A write elsewhere touched the file at `offset`: the remembered page may be stale."""

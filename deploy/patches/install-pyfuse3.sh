@@ -7,7 +7,8 @@
 # volume. The patch also lets open and opendir replies carry FOPEN_NOFLUSH and FOPEN_CACHE_DIR,
 # so read-only closes cost no request and listings can stay in the kernel, and it takes a
 # request already queued on the FUSE device at once instead of first waiting for the device
-# to be readable (a lock and a scheduler pass per request). The release's sdist is patched
+# to be readable (a lock and a scheduler pass per request). A read reply is handed to the kernel
+# without the GIL, so other threads run while the kernel copies it. The release's sdist is patched
 # and built with Cython from PyPI (a build requirement of pyfuse3). The version is 3.5.0 with
 # a local label naming the patch: aifs's pin `pyfuse3==3.5.0` is met, so a later
 # `pip install .` keeps this build (and brings pyfuse3's own dependency, trio), and a venv

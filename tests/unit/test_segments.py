@@ -13,7 +13,7 @@ from helpers import cached_pages
 
 from aifs.tiers import records, segments
 from aifs.tiers.checksum import checksum
-from aifs.tiers.direct import DIRECT_MIN, PAGE, AlignedScratch, DirectAppender
+from aifs.tiers.direct import DIRECT_MIN, PAGE, WINDOW, AlignedScratch, DirectAppender
 from aifs.tiers.segments import HEADER, Location, SegmentLog
 
 # buffered and direct records in turn, ending anywhere in a page
@@ -99,6 +99,36 @@ def test_large_records_bypass_the_page_cache(tmp_path):
     assert header_cached_soon(segment, large)  # its header's page is read in, for set_live and kill
     assert log.read(large) == payload(2, DIRECT_MIN)
     log.close()
+
+
+# (offset in its page where the run starts, the sizes of its parts): runs in one window, over
+# several, ending a page short of a window's end, on it, and a page past it
+WINDOW_RUNS = [(0, [5000]), (123, [WINDOW, 77, 2 * WINDOW + 1]), (0, [WINDOW - PAGE - 10]),
+               (PAGE - 1, [WINDOW - PAGE + 1]), (17, [3, WINDOW - 20 + PAGE]), (9, [1])]
+
+
+@pytest.mark.parametrize("run", range(len(WINDOW_RUNS)))
+def test_direct_appends_through_the_window_write_exactly_their_bytes(tmp_path, run):
+    """Each run is appended after the one before it (the previous page's bytes kept in
+    memory or read back), through one window of scratch memory however long it is."""
+    if not bypasses_page_cache(tmp_path):
+        pytest.skip(NO_BYPASS.format(tmp_path))
+    path = tmp_path / "segment"
+    path.write_bytes(payload(-1, WINDOW_RUNS[run][0]))
+    expected = bytearray(path.read_bytes())
+    appender, scratch, buffered = DirectAppender.open(path), AlignedScratch(), os.open(path, os.O_RDONLY)
+    read = lambda length, offset: os.pread(buffered, length, offset)  # noqa: E731
+    try:
+        for seed, (_, sizes) in enumerate(WINDOW_RUNS[run:]):
+            parts = [payload(seed * 10 + i, size) for i, size in enumerate(sizes)]
+            appender.append(read, len(expected), parts, scratch)
+            expected += b"".join(parts)
+            if seed == 1:
+                appender.forget_from(0)  # the next run reads its page's head back from the file
+    finally:
+        appender.close()
+        os.close(buffered)
+    assert path.read_bytes()[:len(expected)] == expected
 
 
 def header_cached_soon(segment, location: Location, tries: int = 100) -> bool:
