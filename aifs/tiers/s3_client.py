@@ -3,6 +3,7 @@
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config as BotoConfig
 
 from aifs.config.models import S3Tier as S3Settings
@@ -11,11 +12,12 @@ from aifs.config.models import S3Tier as S3Settings
 def make_client(settings: S3Settings) -> Any:
     """A thread-safe S3 client: one attempt per call (the tier retries), short timeouts,
     no checksums beyond what S3 requires (aifs verifies its own), bodies signed only
-    where `signs_payload` says, one pooled connection per concurrent caller."""
+    where `signs_payload` says, one pooled connection per concurrent caller, timestamps
+    in answers left as text."""
     secret = settings.secret_key.get_secret_value() if settings.secret_key else None
     session = boto3.session.Session(
         aws_access_key_id=settings.access_key, aws_secret_access_key=secret,
-        region_name=settings.region,
+        region_name=settings.region, botocore_session=_timestamps_as_text(),
     )
     config = BotoConfig(
         s3={"addressing_style": settings.addressing, "payload_signing_enabled": signs_payload(settings)},
@@ -28,6 +30,15 @@ def make_client(settings: S3Settings) -> Any:
     )
     return session.client("s3", endpoint_url=settings.endpoint, config=config,
                            verify=_verify(settings))
+
+
+def _timestamps_as_text() -> botocore.session.Session:
+    """A botocore session that leaves the timestamps of answers (every GET's Last-Modified)
+    as the text S3 sent: aifs reads none of them, and parsing each into a datetime is a
+    share of every request's CPU. Credential providers accept either form."""
+    session = botocore.session.get_session()
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
+    return session
 
 
 def signs_payload(settings: S3Settings) -> bool:

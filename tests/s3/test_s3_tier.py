@@ -7,6 +7,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import boto3
 import pytest
 
 from aifs.config.models import S3Tier as S3Settings
@@ -165,3 +166,17 @@ def test_payload_signing_over_http(moto_server, bucket, sign, signed):
 def test_auto_signs_only_where_tls_does_not_guard_the_body(endpoint, sign, signed):
     settings = S3Settings.model_validate({"kind": "s3", "bucket": "train", "endpoint": endpoint, "sign_payload": sign})
     assert signs_payload(settings) is signed
+
+
+def test_answers_keep_their_timestamps_as_text(moto_server, bucket):
+    """No datetime is made of a GET's Last-Modified, nor of a listing's; other clients of the
+    process (one made by boto3 itself) still get datetimes."""
+    client = make_client(s3_settings(moto_server, bucket))
+    client.put_object(Bucket=bucket, Key="stamped", Body=b"x")
+    answer = client.get_object(Bucket=bucket, Key="stamped")
+    assert answer["Body"].read() == b"x" and isinstance(answer["LastModified"], str)
+    (entry,) = client.list_objects_v2(Bucket=bucket, Prefix="stamped")["Contents"]
+    assert isinstance(entry["LastModified"], str)
+    plain = boto3.client("s3", endpoint_url=moto_server.endpoint, region_name="us-east-1",
+                         aws_access_key_id="k", aws_secret_access_key="s")
+    assert not isinstance(plain.head_object(Bucket=bucket, Key="stamped")["LastModified"], str)
