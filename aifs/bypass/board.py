@@ -9,7 +9,7 @@ size, the block size, then in 8-byte words the blocks (index, offset, length, ch
 segment, at, object) and the stamp split into the counters it names and the values they must
 show, and last the path. Each path has two slots by the hash of its bytes (Layout.slots_of):
 the one the mount chose holds where the path's newest record is (offset << 24 | length; 0 for
-none). The mount alone writes (records first, then the slot, each slot one aligned 8-byte
+none), and the mount may move it to the other to make room for a path that shares its slot. The mount alone writes (records first, then the slot, each slot one aligned 8-byte
 store); readers never lock. A reader looks in the first slot, then the second, in C
 (aifs/bypass/_reader.c, which reads this same layout): it copies the record, checks it, and
 builds the very tuple it keeps (aifs.client.answers). What a reader finds is used only when
@@ -88,16 +88,34 @@ class AnswerBoard:
         self._end += len(body)
 
     def _slot_for(self, path: bytes) -> int:
-        """The first of the path's slots that holds it or no whole record, else the one whose
-        record is older (further behind where the next record goes)."""
-        ages = []
+        """The first of the path's slots that holds it or no whole record; else one whose path
+        can move to its own other slot, free (as in cuckoo hashing); else the one whose record
+        is older (further behind where the next record goes)."""
+        holders = {}
         for slot in self.layout.slots_of(path):
-            entry = self._slots[slot]
-            held = self._path_at(entry >> LENGTH_BITS, entry & MAX_RECORD)
-            if held is None or held == path:
+            holder = self._holder(slot)
+            if holder is None or holder == path:
                 return slot
-            ages.append(((self._end - (entry >> LENGTH_BITS)) % self.layout.ring, slot))
-        return max(ages)[1]
+            holders[slot] = holder
+        for slot, holder in holders.items():
+            if self._moved(holder, slot):
+                return slot
+        return max(holders, key=lambda slot: (self._end - (self._slots[slot] >> LENGTH_BITS)) % self.layout.ring)
+
+    def _moved(self, holder: bytes, slot: int) -> bool:
+        """Whether `holder`'s entry moved from `slot` to its other slot, which held no whole
+        record. The entry is written there first: a reader finds the path in one slot or the
+        other throughout."""
+        other = [s for s in self.layout.slots_of(holder) if s != slot]
+        if not other or self._holder(other[0]) is not None:
+            return False
+        self._slots[other[0]] = self._slots[slot]
+        return True
+
+    def _holder(self, slot: int) -> bytes | None:
+        """The path whose record `slot` points at, or None (none, or overwritten)."""
+        entry = self._slots[slot]
+        return self._path_at(entry >> LENGTH_BITS, entry & MAX_RECORD)
 
     def _path_at(self, offset: int, length: int) -> bytes | None:
         """The path of the whole record at `offset` in the ring, or None (none, or overwritten)."""

@@ -4,6 +4,7 @@ answer of another path, one overwritten as the ring wrapped, or bytes changed un
 import errno
 import mmap
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -42,25 +43,45 @@ def test_the_newest_answer_posted_for_a_path_is_found(board):
 
 def test_paths_that_share_a_slot_all_keep_their_answers(board):
     made, view = board
-    paths = [b"dir/%05d" % i for i in range(1000)]  # with one slot each, about 15 would share one
+    paths = [b"dir/%05d" % i for i in range(3000)]  # two slots each and no moves lost 6 of them
     for i, path in enumerate(paths):
         made.post(path, answer(i), 65536)
     assert [view.look(path) for path in paths] == [found(i) for i in range(len(paths))]
 
 
-def test_a_path_whose_two_slots_others_took_displaces_the_older_answer():
-    made = AnswerBoard(4096)  # 128 slots: paths sharing both of another path's slots are easy to find
+@pytest.fixture
+def small_board():
+    """128 slots: paths that share both of another path's slots are easy to find."""
+    made = AnswerBoard(4096)
     view = BoardView(os.dup(made.fd))
-    try:
-        first, second = made.layout.slots_of(b"old")
-        beside = next(p for i in range(100_000) if made.layout.slots_of(p := b"b%d" % i)[0] == second)
-        newer = next(p for i in range(1_000_000) if made.layout.slots_of(p := b"n%d" % i) == (first, second))
-        for n, path in enumerate((b"old", beside, newer)):
-            made.post(path, answer(n), 65536)
-        assert (view.look(b"old"), view.look(beside), view.look(newer)) == (None, found(1), found(2))
-    finally:
-        view.close()
-        made.close()
+    yield made, view
+    view.close()
+    made.close()
+
+
+def path_in(made: AnswerBoard, prefix: bytes, wanted: Callable[[tuple[int, int]], bool]) -> bytes:
+    """A path whose two slots are `wanted`."""
+    return next(p for i in range(1_000_000) if wanted(made.layout.slots_of(p := prefix + b"%d" % i)))
+
+
+def test_a_path_whose_two_slots_others_took_moves_one_of_them_to_its_other_slot(small_board):
+    made, view = small_board
+    first, second = made.layout.slots_of(b"old")
+    beside = path_in(made, b"b", lambda slots: slots[0] == second and slots[1] not in (first, second))
+    newer = path_in(made, b"n", lambda slots: slots == (first, second))
+    for n, path in enumerate((b"old", beside, newer)):
+        made.post(path, answer(n), 65536)
+    assert (view.look(b"old"), view.look(beside), view.look(newer)) == (found(0), found(1), found(2))
+
+
+def test_a_path_whose_two_slots_others_took_for_good_displaces_the_older_answer(small_board):
+    made, view = small_board
+    first, second = made.layout.slots_of(b"old")
+    beside = path_in(made, b"b", lambda slots: slots == (second, first))  # neither can move: each one's other slot is taken
+    newer = path_in(made, b"n", lambda slots: slots == (first, second))
+    for n, path in enumerate((b"old", beside, newer)):
+        made.post(path, answer(n), 65536)
+    assert (view.look(b"old"), view.look(beside), view.look(newer)) == (None, found(1), found(2))
 
 
 def test_answers_overwritten_as_the_ring_wraps_are_gone_and_the_rest_right(board):
