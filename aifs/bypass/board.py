@@ -9,8 +9,9 @@ size, the block size, then in 8-byte words the blocks (index, offset, length, ch
 segment, at, object) and the stamp split into the counters it names and the values they must
 show, and last the path. Each path has two slots by the hash of its bytes (Layout.slots_of):
 the one the mount chose holds where the path's newest record is (offset << 24 | length; 0 for
-none), and the mount may move it to the other to make room for a path that shares its slot. The mount alone writes (records first, then the slot, each slot one aligned 8-byte
-store); readers never lock. A reader looks in the first slot, then the second, in C
+none), and the mount may move it to the other to make room for a path that shares its slot.
+The mount alone writes (records first, then the slot, each slot one aligned 8-byte store);
+readers never lock. A reader looks in the first slot, then the second, in C
 (aifs/bypass/_reader.c, which reads this same layout): it copies the record, checks it, and
 builds the very tuple it keeps (aifs.client.answers). What a reader finds is used only when
 its bytes match their hash and name the path asked for: a record overwritten as the ring
@@ -104,8 +105,8 @@ class AnswerBoard:
 
     def _moved(self, holder: bytes, slot: int) -> bool:
         """Whether `holder`'s entry moved from `slot` to its other slot, which held no whole
-        record. The entry is written there first: a reader finds the path in one slot or the
-        other throughout."""
+        record. The entry is written there before `slot` is reused; a reader that looked in
+        each slot at the wrong moment misses it, and asks the mount as for any other miss."""
         other = [s for s in self.layout.slots_of(holder) if s != slot]
         if not other or self._holder(other[0]) is not None:
             return False
