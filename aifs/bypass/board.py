@@ -114,13 +114,9 @@ class AnswerBoard:
         return True
 
     def _holder(self, slot: int) -> bytes | None:
-        """The path whose record `slot` points at, or None (none, or overwritten)."""
+        """The path of the whole record `slot` points at, or None (none, or overwritten)."""
         entry = self._slots[slot]
-        return self._path_at(entry >> LENGTH_BITS, entry & MAX_RECORD)
-
-    def _path_at(self, offset: int, length: int) -> bytes | None:
-        """The path of the whole record at `offset` in the ring, or None (none, or overwritten)."""
-        at = self.layout.ring_at + offset
+        at, length = self.layout.ring_at + (entry >> LENGTH_BITS), entry & MAX_RECORD
         if length < HEAD.size or at + length > self.layout.size:
             return None
         body = self._map[at:at + length]
