@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import time
+from functools import partial
 
 import pytest
 from helpers import cached_pages
@@ -117,11 +118,10 @@ def test_direct_appends_through_the_window_write_exactly_their_bytes(tmp_path, r
     path.write_bytes(payload(-1, WINDOW_RUNS[run][0]))
     expected = bytearray(path.read_bytes())
     appender, scratch, buffered = DirectAppender.open(path), AlignedScratch(), os.open(path, os.O_RDONLY)
-    read = lambda length, offset: os.pread(buffered, length, offset)  # noqa: E731
     try:
         for seed, (_, sizes) in enumerate(WINDOW_RUNS[run:]):
             parts = [payload(seed * 10 + i, size) for i, size in enumerate(sizes)]
-            appender.append(read, len(expected), parts, scratch)
+            appender.append(partial(os.pread, buffered), len(expected), parts, scratch)
             expected += b"".join(parts)
             if seed == 1:
                 appender.forget_from(0)  # the next run reads its page's head back from the file
